@@ -1,0 +1,217 @@
+"""Qwen2-architecture model configuration: presets and HF config.json conversion."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+import jax.numpy as jnp
+
+# Remat policies accepted by `ModelConfig.remat_policy` (names of `jax.checkpoint_policies`),
+# plus "none" (no rematerialisation) and "full" (save nothing, recompute everything).
+REMAT_POLICIES = (
+    "none",
+    "full",
+    "dots_saveable",
+    "dots_with_no_batch_dims_saveable",
+    "nothing_saveable",
+    "everything_saveable",
+)
+
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+def dtype_from_name(name: str) -> Any:
+    """Maps 'bfloat16' / 'float32' / 'float16' to the jnp dtype, with a clear error otherwise."""
+    try:
+        return _DTYPES[str(name)]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; expected one of {sorted(_DTYPES)}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Shape and numerics of a Qwen2 decoder. Frozen and hashable, so it can be a static jit arg.
+
+    `param_dtype` is the storage dtype of the weights, `dtype` the activation/compute dtype;
+    norms, softmax and logits are always computed in float32.
+    """
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_theta: float = 1_000_000.0
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int = 32768
+    param_dtype: str = "float32"
+    dtype: str = "float32"
+    remat_policy: str = "none"
+    scan_layers: bool = True
+    bos_token_id: int | None = 151643
+    eos_token_id: int | None = 151645
+
+    def __post_init__(self):
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
+                     "num_kv_heads", "head_dim"):
+            if int(getattr(self, name)) <= 0:
+                raise ValueError(f"ModelConfig.{name} must be positive, got {getattr(self, name)}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"ModelConfig.num_heads ({self.num_heads}) must be a multiple of "
+                f"num_kv_heads ({self.num_kv_heads})")
+        if self.remat_policy not in REMAT_POLICIES:
+            raise ValueError(f"ModelConfig.remat_policy {self.remat_policy!r} not in {REMAT_POLICIES}")
+        dtype_from_name(self.param_dtype)
+        dtype_from_name(self.dtype)
+
+    @property
+    def num_groups(self) -> int:
+        """Query heads per kv head (GQA group size)."""
+        return self.num_heads // self.num_kv_heads
+
+    @property
+    def jnp_dtype(self) -> Any:
+        return dtype_from_name(self.dtype)
+
+    @property
+    def jnp_param_dtype(self) -> Any:
+        return dtype_from_name(self.param_dtype)
+
+    def replace(self, **changes: Any) -> "ModelConfig":
+        return dataclasses.replace(self, **changes)
+
+    def num_params(self) -> int:
+        """Exact parameter count (embeddings included, tied head counted once)."""
+        d, h, n, k, f = (self.hidden_size, self.head_dim, self.num_heads, self.num_kv_heads,
+                         self.intermediate_size)
+        attn = d * n * h + n * h + 2 * (d * k * h + k * h) + n * h * d
+        layer = attn + 3 * d * f + 2 * d
+        head = 0 if self.tie_word_embeddings else self.vocab_size * d
+        return self.vocab_size * d + self.num_layers * layer + d + head
+
+    # ----- HF config.json -----
+    @classmethod
+    def from_hf_dict(cls, hf: dict[str, Any], source: str = "config.json", **overrides: Any) -> "ModelConfig":
+        """Builds a config from a HF Qwen2 config dict (transformers 4 or 5 layout)."""
+        def need(key):
+            if key not in hf:
+                raise KeyError(f"{source}: missing required key {key!r}")
+            return hf[key]
+
+        model_type = hf.get("model_type", "qwen2")
+        if model_type != "qwen2":
+            raise ValueError(f"{source}: model_type is {model_type!r}; only 'qwen2' is supported")
+        if hf.get("use_sliding_window", False):
+            raise ValueError(f"{source}: use_sliding_window=true is not supported (Qwen2.5 checkpoints "
+                             "ship it disabled)")
+        # transformers 5 moved rope_theta under rope_parameters; Qwen2.5's own files keep it on top.
+        rope = hf.get("rope_parameters") or {}
+        scaling = hf.get("rope_scaling") or {}
+        rope_type = rope.get("rope_type", scaling.get("rope_type", scaling.get("type", "default")))
+        if rope_type not in ("default", None):
+            raise ValueError(f"{source}: rope_type {rope_type!r} is not supported (only 'default')")
+        rope_theta = rope.get("rope_theta", hf.get("rope_theta", 10000.0))
+        hidden, heads = need("hidden_size"), need("num_attention_heads")
+        eos = hf.get("eos_token_id")
+        if isinstance(eos, list):
+            eos = eos[0] if eos else None
+        kwargs = dict(
+            vocab_size=need("vocab_size"),
+            hidden_size=hidden,
+            intermediate_size=need("intermediate_size"),
+            num_layers=need("num_hidden_layers"),
+            num_heads=heads,
+            num_kv_heads=hf.get("num_key_value_heads") or heads,
+            head_dim=hf.get("head_dim") or hidden // heads,
+            rope_theta=float(rope_theta),
+            rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+            tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+            max_position_embeddings=int(hf.get("max_position_embeddings", 32768)),
+            bos_token_id=hf.get("bos_token_id"),
+            eos_token_id=eos,
+        )
+        kwargs.update(overrides)
+        return cls(**kwargs)
+
+    @classmethod
+    def from_hf(cls, model_dir: str | os.PathLike, **overrides: Any) -> "ModelConfig":
+        """Reads `<model_dir>/config.json` as HF checkpoints write it."""
+        path = os.path.join(os.fspath(model_dir), "config.json")
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path}: no config.json in model directory")
+        with open(path) as f:
+            try:
+                hf = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}: invalid JSON at line {e.lineno}: {e.msg}") from None
+        return cls.from_hf_dict(hf, source=path, **overrides)
+
+    def to_hf_dict(self, torch_dtype: str | None = None) -> dict[str, Any]:
+        """A config.json dict that transformers' Qwen2Config (4.x and 5.x) reads."""
+        return {
+            "architectures": ["Qwen2ForCausalLM"],
+            "model_type": "qwen2",
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "hidden_act": "silu",
+            "rope_theta": self.rope_theta,
+            "rope_scaling": None,
+            "rms_norm_eps": self.rms_norm_eps,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "max_position_embeddings": self.max_position_embeddings,
+            "use_sliding_window": False,
+            "sliding_window": None,
+            "max_window_layers": self.num_layers,
+            "attention_dropout": 0.0,
+            "initializer_range": 0.02,
+            "use_cache": True,
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": self.eos_token_id,
+            "torch_dtype": torch_dtype or self.param_dtype,
+        }
+
+
+def _qwen25(hidden, inter, layers, heads, kv, tied, eps, vocab):
+    return ModelConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
+                       num_layers=layers, num_heads=heads, num_kv_heads=kv, head_dim=hidden // heads,
+                       rope_theta=1_000_000.0, rms_norm_eps=eps, tie_word_embeddings=tied,
+                       max_position_embeddings=32768, param_dtype="bfloat16", dtype="bfloat16")
+
+
+# Values from the published Qwen2.5-*-Instruct config.json files.
+PRESETS: dict[str, ModelConfig] = {
+    "qwen2.5-0.5b": _qwen25(896, 4864, 24, 14, 2, True, 1e-6, 151936),
+    "qwen2.5-1.5b": _qwen25(1536, 8960, 28, 12, 2, True, 1e-6, 151936),
+    "qwen2.5-3b": _qwen25(2048, 11008, 36, 16, 2, True, 1e-6, 151936),
+    "qwen2.5-7b": _qwen25(3584, 18944, 28, 28, 4, False, 1e-6, 152064),
+    "qwen2.5-14b": _qwen25(5120, 13824, 48, 40, 8, False, 1e-5, 152064),
+    "qwen2.5-32b": _qwen25(5120, 27648, 64, 40, 8, False, 1e-5, 152064),
+    "qwen2.5-72b": _qwen25(8192, 29568, 80, 64, 8, False, 1e-5, 152064),
+    # Tiny random models for tests and the CPU demo. `tiny` uses the real Qwen vocabulary size so
+    # it works with the real tokenizer; `micro` has a small vocabulary for fast unit tests.
+    "tiny": ModelConfig(vocab_size=151936, hidden_size=64, intermediate_size=128, num_layers=2,
+                        num_heads=4, num_kv_heads=2, head_dim=16, tie_word_embeddings=True),
+    "micro": ModelConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_layers=2,
+                         num_heads=4, num_kv_heads=2, head_dim=8, rope_theta=10000.0,
+                         bos_token_id=1, eos_token_id=2),
+}
+
+
+def preset(name: str, **overrides: Any) -> ModelConfig:
+    """Returns a named preset (see `PRESETS`), optionally with fields replaced."""
+    key = name.lower()
+    if key not in PRESETS:
+        raise KeyError(f"unknown model preset {name!r}; available: {sorted(PRESETS)}")
+    return PRESETS[key].replace(**overrides) if overrides else PRESETS[key]

@@ -1,0 +1,294 @@
+"""HF safetensors checkpoints <-> our params, both ways.
+
+Loading reads one HF tensor at a time and places it straight into its target `NamedSharding`
+(`jax.make_array_from_callback`), so no host ever holds the whole model. Saving gathers one
+param at a time and writes config.json + (sharded) safetensors that `transformers` loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import shutil
+import tempfile
+from typing import Any, Callable, Iterator
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+from jax.experimental import multihost_utils
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
+from genenv_jax.models.config import ModelConfig, dtype_from_name
+from genenv_jax.models.qwen2 import Params, param_shapes
+
+_NP_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Mapping:
+    """One of our params and the HF tensor(s) it comes from.
+
+    `hf_name` takes a layer index (or None for unstacked params); `to_ours` turns one HF tensor into
+    our per-layer layout, `to_hf` turns it back.
+    """
+
+    path: tuple[str, ...]
+    hf_name: Callable[[int | None], str]
+    to_ours: Callable[[np.ndarray], np.ndarray]
+    to_hf: Callable[[np.ndarray], np.ndarray]
+    stacked: bool = True
+
+
+def _mappings(cfg: ModelConfig) -> list[_Mapping]:
+    d, n, k, h = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    ident = lambda a: a  # noqa: E731
+    layer = lambda suffix: (lambda i: f"model.layers.{i}.{suffix}")  # noqa: E731
+
+    def proj_in(heads):  # HF [heads*H, D] <-> ours [D, heads, H]
+        return (lambda a: a.T.reshape(d, heads, h), lambda a: a.reshape(d, heads * h).T)
+
+    def bias(heads):  # HF [heads*H] <-> ours [heads, H]
+        return (lambda a: a.reshape(heads, h), lambda a: a.reshape(heads * h))
+
+    maps = [_Mapping(("embed", "embedding"), lambda i: "model.embed_tokens.weight", ident, ident, False)]
+    for ours, hf, heads in (("q", "q_proj", n), ("k", "k_proj", k), ("v", "v_proj", k)):
+        maps.append(_Mapping(("layers", "attn", f"{ours}_kernel"), layer(f"self_attn.{hf}.weight"),
+                             *proj_in(heads)))
+        maps.append(_Mapping(("layers", "attn", f"{ours}_bias"), layer(f"self_attn.{hf}.bias"), *bias(heads)))
+    maps += [
+        _Mapping(("layers", "attn", "o_kernel"), layer("self_attn.o_proj.weight"),
+                 lambda a: a.T.reshape(n, h, d), lambda a: a.reshape(n * h, d).T),
+        _Mapping(("layers", "mlp", "gate_kernel"), layer("mlp.gate_proj.weight"), np.transpose, np.transpose),
+        _Mapping(("layers", "mlp", "up_kernel"), layer("mlp.up_proj.weight"), np.transpose, np.transpose),
+        _Mapping(("layers", "mlp", "down_kernel"), layer("mlp.down_proj.weight"), np.transpose, np.transpose),
+        _Mapping(("layers", "input_norm", "scale"), layer("input_layernorm.weight"), ident, ident),
+        _Mapping(("layers", "post_attn_norm", "scale"), layer("post_attention_layernorm.weight"), ident, ident),
+        _Mapping(("final_norm", "scale"), lambda i: "model.norm.weight", ident, ident, False),
+    ]
+    if not cfg.tie_word_embeddings:
+        maps.append(_Mapping(("lm_head",), lambda i: "lm_head.weight", np.transpose, np.transpose, False))
+    return maps
+
+
+def _hf_names(cfg: ModelConfig, m: _Mapping) -> list[str]:
+    return [m.hf_name(i) for i in range(cfg.num_layers)] if m.stacked else [m.hf_name(None)]
+
+
+def _get(tree: dict, path: tuple[str, ...]):
+    for key in path:
+        tree = tree[key]
+    return tree
+
+
+def _set(tree: dict, path: tuple[str, ...], value) -> None:
+    for key in path[:-1]:
+        tree = tree.setdefault(key, {})
+    tree[path[-1]] = value
+
+
+class _CheckpointReader:
+    """Tensor-by-name access over a single-file or sharded (index.json) safetensors checkpoint."""
+
+    def __init__(self, model_dir: str):
+        self.model_dir = model_dir
+        index = os.path.join(model_dir, "model.safetensors.index.json")
+        single = os.path.join(model_dir, "model.safetensors")
+        if os.path.exists(index):
+            with open(index) as f:
+                try:
+                    weight_map = json.load(f)["weight_map"]
+                except (json.JSONDecodeError, KeyError) as e:
+                    raise ValueError(f"{index}: not a safetensors index ({e})") from None
+            self.file_of = {name: os.path.join(model_dir, fn) for name, fn in weight_map.items()}
+        elif os.path.exists(single):
+            with safe_open(single, framework="numpy") as f:
+                self.file_of = {name: single for name in f.keys()}
+        else:
+            raise FileNotFoundError(f"{model_dir}: neither model.safetensors nor model.safetensors.index.json")
+        self._handles: dict[str, Any] = {}
+
+    def _handle(self, path: str):
+        if path not in self._handles:
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"{path}: listed in the safetensors index but missing")
+            self._handles[path] = safe_open(path, framework="numpy")
+        return self._handles[path]
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._handle(self.file_of[name]).get_slice(name).get_shape())
+
+    def dtype_name(self, name: str) -> str:
+        st = self._handle(self.file_of[name]).get_slice(name).get_dtype()
+        return {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}.get(st, st)
+
+    def read(self, name: str) -> np.ndarray:
+        return self._handle(self.file_of[name]).get_tensor(name)
+
+
+def _check_tensors(cfg: ModelConfig, reader: _CheckpointReader, maps: list[_Mapping]) -> None:
+    """Every expected tensor present with its HF shape; nothing unexpected. Errors name tensors."""
+    shapes = param_shapes(cfg)
+    expected: dict[str, tuple[int, ...]] = {}
+    for m in maps:
+        ours = _get(shapes, m.path).shape
+        per_layer = ours[1:] if m.stacked else ours
+        hf_shape = m.to_hf(np.empty(per_layer, np.int8)).shape
+        for name in _hf_names(cfg, m):
+            expected[name] = tuple(hf_shape)
+    where = reader.model_dir
+    missing = sorted(set(expected) - set(reader.file_of))
+    if missing:
+        raise ValueError(f"{where}: missing tensor(s) {missing[:8]}{' ...' if len(missing) > 8 else ''} "
+                         f"(expected shape of the first: {expected[missing[0]]})")
+    allowed_extra = {"lm_head.weight"} if cfg.tie_word_embeddings else set()
+    unexpected = sorted(set(reader.file_of) - set(expected) - allowed_extra)
+    if unexpected:
+        shown = [f"{u} {reader.shape(u)}" for u in unexpected[:8]]
+        raise ValueError(f"{where}: unexpected tensor(s) {shown} for {cfg.num_layers}-layer Qwen2 config")
+    for name, shape in expected.items():
+        got = reader.shape(name)
+        if got != shape:
+            raise ValueError(f"{where}: tensor {name} has shape {got}, config.json implies {shape}")
+
+
+def load_hf(model_dir: str | os.PathLike, mesh: jax.sharding.Mesh | None = None, dtype: str | None = None,
+            rules=None, **config_overrides: Any) -> tuple[ModelConfig, Params]:
+    """Loads a HF Qwen2 checkpoint directory into (cfg, params).
+
+    With a mesh, each param lands directly in its `NamedSharding` from the logical-axis rules;
+    without one, on the default device. `dtype` ('bfloat16', 'float32', ...) sets the param dtype;
+    by default the checkpoint's own. Extra keyword args override `ModelConfig` fields.
+    """
+    from genenv_jax import sharding as shd  # sharding imports models; keep the edge one way at call time
+
+    model_dir = os.fspath(model_dir)
+    reader = _CheckpointReader(model_dir)
+    if dtype is None:
+        dtype = reader.dtype_name("model.embed_tokens.weight") if "model.embed_tokens.weight" in reader.file_of else "float32"
+    dtype_from_name(dtype)
+    config_overrides.setdefault("param_dtype", dtype)
+    config_overrides.setdefault("dtype", dtype)
+    cfg = ModelConfig.from_hf(model_dir, **config_overrides)
+    maps = _mappings(cfg)
+    _check_tensors(cfg, reader, maps)
+    np_dtype = _NP_DTYPES[cfg.param_dtype]
+    if mesh is None:
+        mesh = shd.make_mesh(shd.MeshConfig(data=1, fsdp=1, tensor=1), devices=jax.devices()[:1])
+    shardings = shd.param_shardings(cfg, mesh, rules)
+
+    @functools.lru_cache(maxsize=2)
+    def converted(name: str, m: _Mapping) -> np.ndarray:
+        return np.ascontiguousarray(m.to_ours(reader.read(name)).astype(np_dtype))
+
+    params: dict = {}
+    for m in maps:
+        sharding = _get(shardings, m.path)
+        shape = _get(param_shapes(cfg), m.path).shape
+        if not m.stacked:
+            name = m.hf_name(None)
+            value = jax.make_array_from_callback(shape, sharding, lambda idx: converted(name, m)[idx])
+        else:
+            value = _load_stacked(cfg, m, shape, sharding, np_dtype, converted)
+        _set(params, m.path, value)
+        converted.cache_clear()
+    return cfg, params
+
+
+def _load_stacked(cfg, m: _Mapping, shape, sharding, np_dtype, converted) -> jax.Array:
+    """Builds a [L, ...] param layer by layer in place (the layers axis is never sharded)."""
+    spec = sharding.spec
+    layer_sharding = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(*spec[1:]))
+
+    @functools.partial(jax.jit, out_shardings=sharding)
+    def zeros():
+        return jnp.zeros(shape, np_dtype)
+
+    @functools.partial(jax.jit, donate_argnums=0, out_shardings=sharding)
+    def put(stacked, layer_value, i):
+        return jax.lax.dynamic_update_index_in_dim(stacked, layer_value, i, 0)
+
+    stacked = zeros()
+    for i in range(cfg.num_layers):
+        name = m.hf_name(i)
+        layer_value = jax.make_array_from_callback(shape[1:], layer_sharding, lambda idx: converted(name, m)[idx])
+        stacked = put(stacked, layer_value, i)
+    return stacked
+
+
+def _host_value(x: jax.Array) -> np.ndarray:
+    if jax.process_count() > 1 and not x.is_fully_addressable:
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(jax.device_get(x))
+
+
+def _hf_tensors(cfg: ModelConfig, params: Params) -> Iterator[tuple[str, np.ndarray]]:
+    """(HF name, tensor) pairs in HF layout, one param on the host at a time."""
+    for m in _mappings(cfg):
+        value = _host_value(_get(params, m.path))
+        if m.stacked:
+            for i in range(cfg.num_layers):
+                yield m.hf_name(i), np.ascontiguousarray(m.to_hf(value[i]))
+        else:
+            yield m.hf_name(None), np.ascontiguousarray(m.to_hf(value))
+
+
+def save_hf(cfg: ModelConfig, params: Params, model_dir: str | os.PathLike,
+            max_shard_bytes: int = 5 * 1024**3) -> None:
+    """Writes config.json + safetensors (sharded with an index above `max_shard_bytes`).
+
+    The directory is written next to its destination and renamed into place, so a crash never
+    leaves a half-written checkpoint; an existing directory of that name is replaced.
+    """
+    model_dir = os.path.abspath(os.fspath(model_dir))
+    is_writer = jax.process_index() == 0
+    parent = os.path.dirname(model_dir)
+    tmp = tempfile.mkdtemp(prefix=".tmp-" + os.path.basename(model_dir) + "-", dir=parent) if is_writer else None
+    shards: list[dict[str, np.ndarray]] = [{}]
+    sizes = [0]
+    files: list[str] = []
+    weight_map: dict[str, str] = {}
+
+    def flush():
+        if shards[-1] and is_writer:
+            fn = f"model-{len(files) + 1:05d}.safetensors"
+            save_file(shards[-1], os.path.join(tmp, fn), metadata={"format": "pt"})
+            files.append(fn)
+            weight_map.update({name: fn for name in shards[-1]})
+        shards[-1], sizes[-1] = {}, 0
+
+    total = 0
+    for name, tensor in _hf_tensors(cfg, params):
+        if sizes[-1] and sizes[-1] + tensor.nbytes > max_shard_bytes:
+            flush()
+        shards[-1][name] = tensor
+        sizes[-1] += tensor.nbytes
+        total += tensor.nbytes
+    flush()
+    if not is_writer:
+        return
+    if len(files) == 1:
+        os.rename(os.path.join(tmp, files[0]), os.path.join(tmp, "model.safetensors"))
+    else:
+        n = len(files)
+        renames = {fn: f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i, fn in enumerate(files)}
+        for old, new in renames.items():
+            os.rename(os.path.join(tmp, old), os.path.join(tmp, new))
+        index = {"metadata": {"total_size": total},
+                 "weight_map": {k: renames[v] for k, v in sorted(weight_map.items())}}
+        with open(os.path.join(tmp, "model.safetensors.index.json"), "w") as f:
+            json.dump(index, f, indent=2)
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump(cfg.to_hf_dict(), f, indent=2)
+    if os.path.exists(model_dir):
+        old = model_dir + ".old"
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(model_dir, old)
+        os.rename(tmp, model_dir)
+        shutil.rmtree(old)
+    else:
+        os.rename(tmp, model_dir)

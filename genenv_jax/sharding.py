@@ -1,0 +1,181 @@
+"""Device mesh (data, fsdp, tensor), logical-axis rules, and param / batch shardings.
+
+Model code names array axes logically ('embed', 'mlp', 'q_heads', ...); `LOGICAL_RULES` maps them
+to mesh axes, MaxText style. A mesh axis that does not divide an array dimension is dropped for
+that array (it is replicated along it), so e.g. 4 kv heads still work with tensor=8.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import math
+import os
+from typing import Any, Iterator, Sequence
+
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.experimental import mesh_utils
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+MESH_AXES = ("data", "fsdp", "tensor")
+BATCH_AXES = ("data", "fsdp")
+
+# (logical axis, mesh axis or axes or None), in order of precedence.
+LOGICAL_RULES: tuple[tuple[str, Any], ...] = (
+    ("batch", BATCH_AXES),
+    ("activation_batch", BATCH_AXES),
+    ("vocab", "tensor"),
+    ("embed", "fsdp"),
+    ("q_heads", "tensor"),
+    ("kv_heads", "tensor"),
+    ("mlp", "tensor"),
+    ("activation_mlp", "tensor"),
+    ("head_dim", None),
+    ("layers", None),
+    ("norm", None),
+    ("activation_length", None),
+    ("activation_embed", None),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+    """Mesh shape; one axis may be -1 ("the rest of the devices")."""
+
+    data: int = 1
+    fsdp: int = -1
+    tensor: int = 1
+
+    def resolve(self, num_devices: int) -> tuple[int, int, int]:
+        sizes = [self.data, self.fsdp, self.tensor]
+        if sizes.count(-1) > 1:
+            raise ValueError(f"mesh {sizes}: at most one axis may be -1")
+        if any(s == 0 or s < -1 for s in sizes):
+            raise ValueError(f"mesh {dict(zip(MESH_AXES, sizes))}: sizes must be positive or -1")
+        known = math.prod(s for s in sizes if s != -1)
+        if -1 in sizes:
+            if num_devices % known:
+                raise ValueError(f"mesh {dict(zip(MESH_AXES, sizes))}: {num_devices} devices are not "
+                                 f"divisible by {known}")
+            sizes[sizes.index(-1)] = num_devices // known
+        if math.prod(sizes) != num_devices:
+            raise ValueError(f"mesh {dict(zip(MESH_AXES, sizes))} needs {math.prod(sizes)} devices, "
+                             f"{num_devices} are available")
+        return tuple(sizes)
+
+
+def make_mesh(mesh_cfg: MeshConfig | None = None, devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """A (data, fsdp, tensor) mesh over `devices` (default: all), laid out for the interconnect."""
+    mesh_cfg = mesh_cfg or MeshConfig()
+    devices = list(jax.devices() if devices is None else devices)
+    shape = mesh_cfg.resolve(len(devices))
+    try:
+        grid = mesh_utils.create_device_mesh(shape, devices=devices)
+    except (ValueError, NotImplementedError, AssertionError):
+        grid = np.asarray(devices).reshape(shape)  # e.g. a subset of a TPU slice
+    return Mesh(grid, MESH_AXES)
+
+
+def logical_to_spec(logical: P | Sequence[str | None], shape: Sequence[int], mesh: Mesh,
+                    rules: Sequence[tuple[str, Any]] | None = None) -> P:
+    """Maps a spec of logical axis names to mesh axes for an array of `shape`.
+
+    Each mesh axis is used at most once per array, and only where it divides the dimension.
+    """
+    rules = LOGICAL_RULES if rules is None else rules
+    table = dict(rules)
+    used: set[str] = set()
+    out = []
+    for name, dim in zip(tuple(logical), shape):
+        target = table.get(name) if name is not None else None
+        axes = (target,) if isinstance(target, str) else tuple(target or ())
+        chosen = []
+        for axis in axes:
+            size = mesh.shape.get(axis, 1)
+            if axis in used or size == 1:
+                continue
+            if dim % (math.prod(mesh.shape[a] for a in chosen) * size):
+                continue
+            chosen.append(axis)
+        used.update(chosen)
+        out.append(None if not chosen else chosen[0] if len(chosen) == 1 else tuple(chosen))
+    return P(*out)
+
+
+def param_shardings(cfg, mesh: Mesh, rules=None):
+    """A NamedSharding per param of a `ModelConfig`, from its logical axes."""
+    from genenv_jax.models import param_logical_axes, param_shapes
+
+    logical, shapes = param_logical_axes(cfg), param_shapes(cfg)
+    return jax.tree.map(lambda spec, s: NamedSharding(mesh, logical_to_spec(spec, s.shape, mesh, rules)),
+                        logical, shapes, is_leaf=lambda x: isinstance(x, P))
+
+
+def shard_params(params, shardings):
+    """Places (or reshards) a param tree onto the given shardings."""
+    return jax.device_put(params, shardings)
+
+
+def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
+    """Leading (batch) axis over data x fsdp, the rest replicated."""
+    return NamedSharding(mesh, P(BATCH_AXES, *([None] * (ndim - 1))))
+
+
+def shard_batch(batch, mesh: Mesh):
+    """Puts a pytree of host arrays onto the mesh, batch axis over data x fsdp.
+
+    Single host: arrays are the global batch. Multi-host: each process passes its local slice
+    (`jax.make_array_from_process_local_data`).
+    """
+    batch_size = math.prod(mesh.shape[a] for a in BATCH_AXES)
+
+    def put(x):
+        x = np.asarray(x)
+        if x.ndim and (x.shape[0] * jax.process_count()) % batch_size:
+            raise ValueError(f"batch dimension {x.shape[0]} (x {jax.process_count()} processes) is not "
+                             f"divisible by data*fsdp = {batch_size}")
+        sharding = batch_sharding(mesh, x.ndim) if x.ndim else NamedSharding(mesh, P())
+        if jax.process_count() == 1:
+            return jax.device_put(x, sharding)
+        return jax.make_array_from_process_local_data(sharding, x)
+
+    return jax.tree.map(put, batch)
+
+
+@contextlib.contextmanager
+def mesh_context(mesh: Mesh, rules=None) -> Iterator[None]:
+    """Activates the mesh and logical rules so the model's activation constraints apply."""
+    with mesh, nn.logical_axis_rules(tuple(LOGICAL_RULES if rules is None else rules)):
+        yield
+
+
+_initialized = False
+
+
+def _environment_is_multihost() -> bool:
+    env = os.environ
+    return bool(env.get("JAX_COORDINATOR_ADDRESS") or env.get("MEGASCALE_COORDINATOR_ADDRESS")
+                or "," in env.get("TPU_WORKER_HOSTNAMES", "")
+                or int(env.get("SLURM_JOB_NUM_NODES", "1") or 1) > 1)
+
+
+def initialize_distributed(coordinator_address: str | None = None, num_processes: int | None = None,
+                           process_id: int | None = None) -> None:
+    """Calls `jax.distributed.initialize` for a multi-host run; a no-op on one host.
+
+    With no arguments it initialises when the environment describes a multi-host job (TPU pod
+    VMs, SLURM, or JAX_COORDINATOR_ADDRESS), letting JAX auto-detect the rest.
+    """
+    global _initialized
+    if _initialized:
+        return
+    if coordinator_address is None and not _environment_is_multihost():
+        return
+    jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
+                               process_id=process_id)
+    _initialized = True
+    logging.info("jax.distributed: process %d of %d, %d local / %d global devices", jax.process_index(),
+                 jax.process_count(), jax.local_device_count(), jax.device_count())
