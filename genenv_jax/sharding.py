@@ -148,7 +148,8 @@ def shard_batch(batch, mesh: Mesh):
 @contextlib.contextmanager
 def mesh_context(mesh: Mesh, rules=None) -> Iterator[None]:
     """Activates the mesh and logical rules so the model's activation constraints apply."""
-    with mesh, nn.logical_axis_rules(tuple(LOGICAL_RULES if rules is None else rules)):
+    activate = jax.set_mesh if hasattr(jax, "set_mesh") else (lambda m: m)  # jax < 0.7: `with mesh:`
+    with activate(mesh), nn.logical_axis_rules(tuple(LOGICAL_RULES if rules is None else rules)):
         yield
 
 
