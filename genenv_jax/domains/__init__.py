@@ -1,0 +1,29 @@
+"""Benchmarks as GenEnv domains: the contract and records (base.py) and one module per benchmark.
+
+Domain modules are imported on demand (`get_domain("bfcl")`), so importing the records does not
+load a benchmark's data or the tokenizer.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from genenv_jax.domains.base import (
+    DIFFICULTY_DIRECTIONS, SCHEMA_VERSION, ChatPrompt, Domain, Rejection, Rollout, ScoreResult,
+    StepResult, Task, difficulty_direction)
+
+# name -> "module:class"
+DOMAINS = {"bfcl": "genenv_jax.domains.bfcl:BFCLDomain"}
+
+
+def get_domain(name: str, **kwargs: Any) -> Domain:
+    """Builds a registered domain by name (kwargs go to its constructor)."""
+    if name not in DOMAINS:
+        raise KeyError(f"unknown domain {name!r}; available: {sorted(DOMAINS)}")
+    module_name, cls_name = DOMAINS[name].split(":")
+    return getattr(importlib.import_module(module_name), cls_name)(**kwargs)
+
+
+__all__ = ["DIFFICULTY_DIRECTIONS", "DOMAINS", "SCHEMA_VERSION", "ChatPrompt", "Domain", "Rejection",
+           "Rollout", "ScoreResult", "StepResult", "Task", "difficulty_direction", "get_domain"]

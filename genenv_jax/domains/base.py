@@ -1,0 +1,223 @@
+"""The domain contract and the records that flow through the co-evolution loop.
+
+A domain (one benchmark) supplies seed tasks, the prompts of both policies, the parser/validator
+of the simulator's output, the environment step and the agent reward. Records are frozen,
+JSON-serialisable dataclasses with a schema version so pools written by one version can be read
+(or refused with a clear error) by another.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import json
+from typing import Any, ClassVar, Mapping, Sequence
+
+SCHEMA_VERSION = 1
+
+# Requested difficulty of a generated variant relative to its seed.
+DIFFICULTY_DIRECTIONS = ("easier", "similar", "harder")
+
+Message = dict[str, Any]  # a chat message: {"role": ..., "content": ...}
+
+
+def _check_schema(cls_name: str, data: Mapping[str, Any]) -> None:
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ValueError(f"{cls_name}: schema_version {version!r} is not supported (this code reads "
+                         f"version {SCHEMA_VERSION})")
+
+
+def _from_json(cls, data: Mapping[str, Any]):
+    if not isinstance(data, Mapping):
+        raise TypeError(f"{cls.__name__}.from_json: expected a JSON object, got {type(data).__name__}")
+    _check_schema(cls.__name__, data)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"{cls.__name__}.from_json: unknown fields {unknown}")
+    required = [f.name for f in dataclasses.fields(cls)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [n for n in required if n not in data]
+    if missing:
+        raise ValueError(f"{cls.__name__}.from_json: missing fields {missing}")
+    return cls(**dict(data))
+
+
+class _Record:
+    """JSON round-trip shared by the record types."""
+
+    def to_json(self) -> dict[str, Any]:
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), ensure_ascii=False, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]):
+        return _from_json(cls, data)
+
+    @classmethod
+    def loads(cls, text: str):
+        return cls.from_json(json.loads(text))
+
+
+@dataclasses.dataclass(frozen=True)
+class Task(_Record):
+    """A task an agent attempts: what it is shown (`prompt`) and what verifies it (`verifier`).
+
+    `prompt` and `verifier` are domain-defined JSON objects. Seeds have `parent_id=None`;
+    a generated variant names the seed it came from and the difficulty direction it was asked for.
+    """
+
+    domain: str
+    task_id: str
+    category: str
+    prompt: dict[str, Any]
+    verifier: dict[str, Any]
+    parent_id: str | None = None
+    difficulty: str | None = None
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self):
+        if not self.task_id:
+            raise ValueError("Task.task_id must be non-empty")
+        if self.difficulty is not None and self.difficulty not in DIFFICULTY_DIRECTIONS:
+            raise ValueError(f"Task.difficulty {self.difficulty!r} not in {DIFFICULTY_DIRECTIONS}")
+
+    @property
+    def is_seed(self) -> bool:
+        return self.parent_id is None
+
+
+@dataclasses.dataclass(frozen=True)
+class Rejection(_Record):
+    """A simulator generation that did not become a task, with a reason code for counting."""
+
+    domain: str
+    reason: str
+    detail: str
+    seed_id: str | None
+    raw_text: str
+    schema_version: int = SCHEMA_VERSION
+
+
+@dataclasses.dataclass(frozen=True)
+class Rollout(_Record):
+    """One agent attempt at a task: the transcript (agent turns and observations) and its reward."""
+
+    domain: str
+    task_id: str
+    transcript: list[Message]
+    reward: float
+    details: dict[str, Any] = dataclasses.field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def final_response(self) -> str:
+        """Content of the last assistant message ('' if there is none)."""
+        for message in reversed(self.transcript):
+            if message.get("role") == "assistant":
+                return str(message.get("content", ""))
+        return ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatPrompt:
+    """Chat messages plus the tool schemas the chat template lists in the system turn.
+
+    Turn it into token ids with `tokenization.encode_chat(tokenizer, p.messages, p.tools)`.
+    """
+
+    messages: list[Message]
+    tools: list[dict[str, Any]] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class StepResult:
+    """The environment's answer to the latest agent turn: the next observation, or done."""
+
+    done: bool
+    observation: Message | None = None
+
+    def __post_init__(self):
+        if self.done == (self.observation is not None):
+            raise ValueError("StepResult: exactly one of done=True or an observation is required")
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoreResult:
+    """R_agent in [0, 1] with the verifier's explanation (kept in rollout details and eval reports)."""
+
+    reward: float
+    details: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def difficulty_direction(recent_success: Sequence[float], alpha: float = 0.5, band: float = 0.1) -> str:
+    """Which way to move a seed's difficulty so the agent's success rate approaches `alpha`.
+
+    `recent_success` holds the agent's recent success rates (p_hat) on the seed or its variants;
+    above `alpha + band` asks for harder variants, below `alpha - band` for easier ones.
+    """
+    if not recent_success:
+        return "similar"
+    p = sum(recent_success) / len(recent_success)
+    if p > alpha + band:
+        return "harder"
+    if p < alpha - band:
+        return "easier"
+    return "similar"
+
+
+class Domain(abc.ABC):
+    """A benchmark as the co-evolution loop and the evaluator see it (DESIGN.md, Contracts)."""
+
+    name: ClassVar[str]
+    rejection_reasons: ClassVar[tuple[str, ...]]
+
+    @abc.abstractmethod
+    def seeds(self, split: str) -> list[Task]:
+        """Seed tasks of a split ('train', 'validation', 'test' or 'all')."""
+
+    @abc.abstractmethod
+    def simulator_prompt(self, seed: Task, recent_success: Sequence[float] = (),
+                         difficulty: str | None = None) -> ChatPrompt:
+        """Prompt asking the simulator for one new variant of `seed`.
+
+        `recent_success` is the agent's recent success rates on this seed; `difficulty` overrides
+        the direction derived from it.
+        """
+
+    @abc.abstractmethod
+    def parse_task(self, text: str, seed: Task, difficulty: str | None = None) -> Task | Rejection:
+        """Reads and validates a simulator generation; a Rejection carries a reason code."""
+
+    @abc.abstractmethod
+    def agent_prompt(self, task: Task) -> ChatPrompt:
+        """The agent's first prompt for a task."""
+
+    @abc.abstractmethod
+    def step(self, task: Task, transcript: Sequence[Message]) -> StepResult:
+        """The environment's reply to a transcript ending in an agent turn."""
+
+    @abc.abstractmethod
+    def score_details(self, task: Task, response: str) -> ScoreResult:
+        """R_agent of the agent's final response, with the verifier's explanation."""
+
+    def score(self, task: Task, response: str) -> float:
+        """R_agent in [0, 1] of the agent's final response."""
+        return self.score_details(task, response).reward
+
+    @abc.abstractmethod
+    def reference_response(self, task: Task) -> str:
+        """An ideal assistant response for the task (its ground truth), for SFT warm-start data."""
+
+    @abc.abstractmethod
+    def reference_generation(self, seed: Task, sibling: Task | None = None) -> str:
+        """An ideal simulator output for `seed` (SFT warm-start data): a real task written in the
+        format `simulator_prompt` asks for, which `parse_task(text, seed)` accepts.
+
+        `sibling` is the task to write; when it is None or unsuitable (another category, the
+        same question) the domain picks one itself from the seed's split.
+        """

@@ -1,0 +1,421 @@
+"""BFCL (Berkeley Function Calling Leaderboard) v4 single-turn categories as a GenEnv domain.
+
+Seeds come from the data shipped in `bfcl-eval`; the agent sees the question with the function
+docs as tools in Qwen2.5's chat format and answers with `<tool_call>` blocks; R_agent is BFCL's
+official AST checker on the parsed calls (irrelevance categories: success means no call). The
+simulator is shown one seed in BFCL's own JSON format and asked for a variant in the same format,
+which `parse_task` validates (bfcl_schema.py) before it becomes a task.
+
+CLI: `python -m genenv_jax.domains.bfcl --stats` prints seed counts per category and split;
+`--check` runs the reward check on every shipped possible answer and `parse_task` on every entry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import copy
+import hashlib
+import json
+import re
+import sys
+from typing import Any, Mapping, Sequence
+
+from genenv_jax.domains import bfcl_data, bfcl_schema
+from genenv_jax.domains.base import (
+    DIFFICULTY_DIRECTIONS, ChatPrompt, Domain, Message, Rejection, ScoreResult, StepResult, Task,
+    difficulty_direction)
+from genenv_jax.domains.bfcl_checker import check_calls
+from genenv_jax.domains.bfcl_data import CATEGORIES, IRRELEVANCE_CATEGORIES, SPLITS, SplitFractions
+from genenv_jax.domains.bfcl_schema import REJECTION_REASONS, TaskInvalid
+from genenv_jax.tokenization import parse_tool_calls, render_tool_calls
+
+DOMAIN_NAME = "bfcl"
+# BFCL appends this to every Python function description in its prompts (bfcl_eval.utils).
+PYTHON_HINT = " Note that the provided function is in Python 3 syntax."
+# The ideal response to an irrelevance task: plain text, no call.
+NO_CALL_RESPONSE = ("None of the provided functions can be used to answer this request, "
+                    "so I will not call any of them.")
+
+SIMULATOR_SYSTEM = (
+    "You write training tasks for an AI agent that calls functions. You are given a seed task in the "
+    "JSON format of the Berkeley Function Calling Leaderboard (BFCL) and write one new task in the "
+    "same format, with its correct answer.")
+
+_DIFFICULTY_TEXT = {
+    "harder": ("Make the new task HARDER than the seed: e.g. more arguments to fill, values the user "
+               "states indirectly (units, dates, names to infer), longer wording with distracting "
+               "details, or (where the category allows several functions) similar-looking functions "
+               "to choose from."),
+    "easier": ("Make the new task EASIER than the seed: e.g. a short direct request that states every "
+               "argument value explicitly, fewer arguments, clearly distinct functions."),
+    "similar": ("Keep the difficulty about the SAME as the seed, with a different topic or different "
+                "argument values."),
+}
+
+
+def _python_hinted(functions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    functions = copy.deepcopy(list(functions))
+    for f in functions:
+        f["description"] = f.get("description", "") + PYTHON_HINT
+    return functions
+
+
+def _seed_json(task: Task) -> str:
+    question = task.prompt["question"]
+    shown_question: Any = question[0]["content"] if len(question) == 1 else question
+    return json.dumps({"question": shown_question, "function": task.prompt["functions"],
+                       "ground_truth": task.verifier["ground_truth"]}, ensure_ascii=False)
+
+
+def _as_generation(task: Task) -> str:
+    """A task written as the simulator is asked to write one: BFCL JSON in a fenced block."""
+    return "```json\n" + _seed_json(task) + "\n```"
+
+
+_FENCE = re.compile(r"```[A-Za-z]*[ \t]*\n?")
+
+
+def extract_json_object(text: str) -> Any:
+    """The JSON value that opens a ``` fenced block, or else the first decodable `{...}` in the text.
+
+    Values are read with `raw_decode` from the block's start, so a "```" inside a JSON string
+    (questions quoting code) does not cut the block short.
+    """
+    decoder = json.JSONDecoder()
+    first_error: json.JSONDecodeError | None = None
+    fences = list(_FENCE.finditer(text))
+    for fence in fences:
+        start = fence.end()
+        while start < len(text) and text[start].isspace():
+            start += 1
+        if start >= len(text) or text[start] not in "{[":
+            continue
+        try:
+            return decoder.raw_decode(text, start)[0]
+        except json.JSONDecodeError as e:
+            first_error = first_error or e
+    if first_error is not None:
+        raise TaskInvalid("invalid_json", f"fenced block does not parse: {first_error.msg} at line "
+                                          f"{first_error.lineno} column {first_error.colno}")
+    starts = [m.start() for m in re.finditer(r"\{", text)]
+    if not starts:
+        raise TaskInvalid("no_json", "no JSON object in the generation")
+    for start in starts[:64]:
+        try:
+            return decoder.raw_decode(text, start)[0]
+        except json.JSONDecodeError as e:
+            first_error = first_error or e
+    raise TaskInvalid("invalid_json", f"no decodable JSON object: {first_error.msg}")
+
+
+def _task_digest(question: Any, functions: Any, ground_truth: Any) -> str:
+    canonical = json.dumps([question, functions, ground_truth], sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+
+
+class BFCLDomain(Domain):
+    """BFCL single-turn categories; see the module docstring.
+
+    Args:
+      categories: which BFCL categories to use (default: all ten single-turn ones).
+      split_fractions / split_salt: the deterministic train/validation/test split.
+      validation: "strict" (default) or "lenient" checking of generated tasks (bfcl_schema.py).
+      alpha / band: target success rate and band used to pick the difficulty direction.
+    """
+
+    name = DOMAIN_NAME
+    rejection_reasons = REJECTION_REASONS
+
+    def __init__(self, categories: Sequence[str] = CATEGORIES,
+                 split_fractions: SplitFractions = SplitFractions(),
+                 split_salt: str = bfcl_data.DEFAULT_SPLIT_SALT, validation: str = "strict",
+                 alpha: float = 0.5, band: float = 0.1):
+        unknown = [c for c in categories if c not in CATEGORIES]
+        if unknown:
+            raise ValueError(f"unknown BFCL categories {unknown}; expected a subset of {CATEGORIES}")
+        if validation not in bfcl_schema.VALIDATION_LEVELS:
+            raise ValueError(f"validation {validation!r} not in {bfcl_schema.VALIDATION_LEVELS}")
+        self.categories = tuple(categories)
+        self.split_fractions = split_fractions
+        self.split_salt = split_salt
+        self.validation = validation
+        self.alpha, self.band = alpha, band
+        self._seeds: list[Task] | None = None
+
+    # ------------------------------------------------------------------ seeds
+    def _all_seeds(self) -> list[Task]:
+        """Every seed of the configured categories, in category then file order."""
+        if self._seeds is None:
+            entries = [e for c in self.categories for e in bfcl_data.load_category(c)]
+            assignment = bfcl_data.assign_splits(entries, self.split_fractions, self.split_salt)
+            self._seeds = [Task(
+                domain=DOMAIN_NAME, task_id=e.id, category=e.category,
+                prompt={"question": copy.deepcopy(e.question), "functions": copy.deepcopy(e.functions)},
+                verifier={"ground_truth": copy.deepcopy(e.ground_truth)},
+                metadata={"source": "bfcl_v4", "split": assignment[e.id]}) for e in entries]
+        return self._seeds
+
+    def seeds(self, split: str) -> list[Task]:
+        """Seed tasks of 'train', 'validation', 'test' or 'all', in category then file order."""
+        if split == "all":
+            return list(self._all_seeds())
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; expected one of {SPLITS + ('all',)}")
+        return [t for t in self._all_seeds() if t.metadata["split"] == split]
+
+    def split_counts(self) -> dict[str, dict[str, int]]:
+        """{category: {split: count}} for the configured split."""
+        counts = {c: {s: 0 for s in SPLITS} for c in self.categories}
+        for t in self._all_seeds():
+            counts[t.category][t.metadata["split"]] += 1
+        return counts
+
+    # ------------------------------------------------------------------ agent side
+    def agent_prompt(self, task: Task) -> ChatPrompt:
+        """The question's messages, with the function docs as tools (BFCL's Python hint appended)."""
+        return ChatPrompt(messages=copy.deepcopy(task.prompt["question"]),
+                          tools=_python_hinted(task.prompt["functions"]) or None)
+
+    def step(self, task: Task, transcript: Sequence[Message]) -> StepResult:
+        """BFCL single-turn: the first agent turn ends the episode."""
+        if not any(m.get("role") == "assistant" for m in transcript):
+            raise ValueError(f"{task.task_id}: step() needs a transcript with an agent (assistant) turn")
+        return StepResult(done=True)
+
+    def score_details(self, task: Task, response: str) -> ScoreResult:
+        """1.0 if the response's calls pass the official checker (irrelevance: if it makes no call)."""
+        parsed = parse_tool_calls(response)
+        details: dict[str, Any] = {
+            "calls": [c.to_json() for c in parsed.calls],
+            "parse_errors": [{"index": e.index, "reason": e.reason, "detail": e.detail} for e in parsed.errors],
+        }
+        if task.category in IRRELEVANCE_CATEGORIES:
+            ok = not parsed.attempted_call
+            details["error_type"] = None if ok else "irrelevance:made_a_call"
+            return ScoreResult(float(ok), details)
+        if parsed.errors:
+            details["error_type"] = f"parse_error:{parsed.errors[0].reason}"
+            return ScoreResult(0.0, details)
+        result = check_calls(task.prompt["functions"], parsed.calls, task.verifier["ground_truth"], task.category)
+        details["error_type"] = result.error_type
+        if not result.valid:
+            details["checker_errors"] = json.loads(json.dumps(result.errors, default=repr))[:5]
+        return ScoreResult(float(result.valid), details)
+
+    def reference_response(self, task: Task) -> str:
+        """The ground truth as `<tool_call>` blocks (first acceptable values), or a no-call reply."""
+        if task.category in IRRELEVANCE_CATEGORIES or not task.verifier["ground_truth"]:
+            return NO_CALL_RESPONSE
+        return render_tool_calls(bfcl_schema.reference_calls(task.prompt["functions"], task.verifier["ground_truth"]))
+
+    def summary(self, per_category: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+        """BFCL-style aggregates of {category: {"n", "correct", "accuracy"}}.
+
+        non_live_ast: unweighted mean over the non-live AST categories (as BFCL's leaderboard);
+        live_ast: mean over live AST items (BFCL weights live categories by size);
+        irrelevance: unweighted mean of the two irrelevance categories;
+        overall: unweighted mean over all evaluated categories; overall_micro: over all items.
+        """
+        def present(cats):
+            return [per_category[c] for c in cats if c in per_category and per_category[c]["n"]]
+
+        out: dict[str, float] = {}
+        if rows := present(bfcl_data.NON_LIVE_AST_CATEGORIES):
+            out["non_live_ast"] = sum(r["accuracy"] for r in rows) / len(rows)
+        if rows := present(bfcl_data.LIVE_AST_CATEGORIES):
+            out["live_ast"] = sum(r["correct"] for r in rows) / sum(r["n"] for r in rows)
+        if rows := present(IRRELEVANCE_CATEGORIES):
+            out["irrelevance"] = sum(r["accuracy"] for r in rows) / len(rows)
+        if rows := present(per_category):
+            out["overall"] = sum(r["accuracy"] for r in rows) / len(rows)
+            out["overall_micro"] = sum(r["correct"] for r in rows) / sum(r["n"] for r in rows)
+        return out
+
+    # ------------------------------------------------------------------ simulator side
+    def _suitable_sibling(self, seed: Task, sibling: Task | None) -> Task:
+        key = bfcl_schema.question_key(seed.prompt["question"])
+
+        def fits(t: Task) -> bool:  # same category, new question, and valid under this domain's rules
+            return (t.category == seed.category and bfcl_schema.question_key(t.prompt["question"]) != key
+                    and isinstance(self.parse_task(_as_generation(t), seed), Task))
+
+        if sibling is not None and fits(sibling):
+            return sibling
+        # The next task of the seed's split and category (cyclically) with a different question;
+        # the split is kept so warm-start data never shows the simulator an evaluation item.
+        split = seed.metadata.get("split", "train")
+        pool = [t for t in self.seeds(split) if t.category == seed.category]
+        start = next((i for i, t in enumerate(pool) if t.task_id == seed.task_id), -1)
+        for k in range(1, len(pool) + 1):
+            candidate = pool[(start + k) % len(pool)]
+            if fits(candidate):
+                return candidate
+        raise ValueError(f"no task in split {split!r} of category {seed.category!r} can serve as a "
+                         f"reference generation for {seed.task_id}")
+
+    def reference_generation(self, seed: Task, sibling: Task | None = None) -> str:
+        """A sibling task of the seed's category written as the simulator is asked to (fenced JSON)."""
+        return _as_generation(self._suitable_sibling(seed, sibling))
+
+    def simulator_prompt(self, seed: Task, recent_success: Sequence[float] = (),
+                         difficulty: str | None = None) -> ChatPrompt:
+        """Chat messages (no tools) asking for one variant of `seed` as BFCL JSON."""
+        if difficulty is None:
+            difficulty = difficulty_direction(recent_success, self.alpha, self.band)
+        if difficulty not in DIFFICULTY_DIRECTIONS:
+            raise ValueError(f"difficulty {difficulty!r} not in {DIFFICULTY_DIRECTIONS}")
+        if recent_success:
+            rate = sum(recent_success) / len(recent_success)
+            success_line = (f"The agent currently solves tasks like this one {rate:.0%} of the time "
+                            f"(last {len(recent_success)} measurements); the target is {self.alpha:.0%}.")
+        else:
+            success_line = "The agent's success rate on this seed has not been measured yet."
+        irrelevance = seed.category in IRRELEVANCE_CATEGORIES
+        answer_rule = (
+            'ground_truth: [] (an empty list): the question must be one that none of the functions can '
+            'answer.' if irrelevance else
+            'ground_truth: the correct call(s) as a list of {"function_name": {"argument": [acceptable '
+            'values]}} objects. List every acceptable value of an argument (e.g. ["NYC", "New York"]); '
+            'put "" in the list of an optional argument that may be left out; leave out optional '
+            'arguments the user does not mention or give them ["", default]. Use JSON types that '
+            'match the declared parameter types and enums.')
+        user = "\n".join([
+            f"Seed task (BFCL category: {seed.category}):",
+            "```json", _seed_json(seed), "```",
+            "",
+            success_line,
+            _DIFFICULTY_TEXT[difficulty],
+            "",
+            "Write ONE new task as a JSON object with exactly these keys:",
+            "- question: the new user request (a string). It must differ from the seed's question.",
+            '- function: the function docs in the seed\'s schema: {"name", "description", "parameters": '
+            '{"type": "dict", "properties": {...}, "required": [...]}}, parameter types among '
+            f"{', '.join(bfcl_schema.CHECKER_TYPES)}; arrays need \"items\". You may edit, add or remove functions.",
+            f"- {answer_rule}",
+            f"Category rule ({seed.category}): {bfcl_schema.count_rule_text(seed.category)}.",
+            "",
+            "Reply with the JSON object inside a ```json code block and nothing else.",
+        ])
+        return ChatPrompt(messages=[{"role": "system", "content": SIMULATOR_SYSTEM},
+                                    {"role": "user", "content": user}])
+
+    def parse_task(self, text: str, seed: Task, difficulty: str | None = None) -> Task | Rejection:
+        """Reads the simulator's JSON; returns a Task in the seed's category or a Rejection."""
+        try:
+            obj = extract_json_object(text)
+            if not isinstance(obj, dict):
+                raise TaskInvalid("not_an_object", f"top-level JSON is a {type(obj).__name__}")
+            functions_key = "function" if "function" in obj else "functions"
+            missing = [k for k in ("question", functions_key, "ground_truth") if k not in obj]
+            if missing:
+                raise TaskInvalid("missing_field", f"missing {missing}; keys are {sorted(obj)}")
+            question = bfcl_schema.normalize_question(obj["question"])
+            if bfcl_schema.question_key(question) == bfcl_schema.question_key(seed.prompt["question"]):
+                raise TaskInvalid("copied_question", "the question repeats the seed's question")
+            functions = bfcl_schema.validate_functions(obj[functions_key])
+            ground_truth = bfcl_schema.validate_ground_truth(obj["ground_truth"], functions, seed.category,
+                                                             self.validation)
+        except TaskInvalid as e:
+            return Rejection(domain=DOMAIN_NAME, reason=e.reason, detail=e.detail, seed_id=seed.task_id,
+                             raw_text=text)
+        digest = _task_digest(question, functions, ground_truth)
+        return Task(domain=DOMAIN_NAME, task_id=f"{seed.task_id}~{digest}", category=seed.category,
+                    prompt={"question": question, "functions": functions},
+                    verifier={"ground_truth": ground_truth}, parent_id=seed.task_id,
+                    difficulty=difficulty, metadata={"source": "simulator"})
+
+
+def task_as_generation(task: Task) -> str:
+    """A task re-serialised the way the simulator is asked to write one (for tests and fixtures)."""
+    return "```json\n" + json.dumps({"question": task.prompt["question"], "function": task.prompt["functions"],
+                                     "ground_truth": task.verifier["ground_truth"]}, ensure_ascii=False) + "\n```"
+
+
+# ----------------------------------------------------------------------------------------------
+# CLI
+# ----------------------------------------------------------------------------------------------
+def format_stats(domain: BFCLDomain) -> str:
+    """A Markdown table of seed counts per category and split."""
+    counts = domain.split_counts()
+    lines = ["| category | train | validation | test | total |", "|---|---:|---:|---:|---:|"]
+    totals = collections.Counter()
+    for category, c in counts.items():
+        total = sum(c.values())
+        totals.update(c)
+        lines.append(f"| {category} | {c['train']} | {c['validation']} | {c['test']} | {total} |")
+    lines.append(f"| **all** | {totals['train']} | {totals['validation']} | {totals['test']} | "
+                 f"{sum(totals.values())} |")
+    digest = bfcl_data.split_digest({t.task_id: t.metadata["split"] for t in domain.seeds("all")})
+    return "\n".join(lines) + f"\n\nsplit digest (sha256 of sorted id/split pairs): {digest}"
+
+
+def shipped_answer_check(domain: BFCLDomain) -> dict[str, Any]:
+    """Scores every seed's reference response (rendered, parsed back, official checker).
+
+    Returns {category: {"total", "passed", "failures": [(id, error_type)]}}.
+    """
+    report: dict[str, Any] = {}
+    for task in domain.seeds("all"):
+        r = report.setdefault(task.category, {"total": 0, "passed": 0, "failures": []})
+        result = domain.score_details(task, domain.reference_response(task))
+        r["total"] += 1
+        if result.reward == 1.0:
+            r["passed"] += 1
+        else:
+            r["failures"].append((task.task_id, result.details.get("error_type")))
+    return report
+
+
+def shipped_parse_check(domain: BFCLDomain) -> dict[str, collections.Counter]:
+    """`parse_task` on every seed re-serialised as a generation (seeded by another seed of its category).
+
+    Returns {category: Counter(reason -> count)} with "accepted" counted too.
+    """
+    report: dict[str, collections.Counter] = {}
+    tasks = domain.seeds("all")
+    by_category: dict[str, list[Task]] = collections.defaultdict(list)
+    for t in tasks:
+        by_category[t.category].append(t)
+    for category, group in by_category.items():
+        counter = report.setdefault(category, collections.Counter())
+        keys = [bfcl_schema.question_key(t.prompt["question"]) for t in group]
+        for i, task in enumerate(group):
+            # The seed: the next entry of the category with a different question.
+            j = next((k % len(group) for k in range(i + 1, i + len(group)) if keys[k % len(group)] != keys[i]), i)
+            out = domain.parse_task(task_as_generation(task), group[j])
+            counter["accepted" if isinstance(out, Task) else out.reason] += 1
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m genenv_jax.domains.bfcl", description=__doc__.split("\n")[0])
+    parser.add_argument("--stats", action="store_true", help="print seed counts per category and split")
+    parser.add_argument("--check", action="store_true",
+                        help="reward check on every shipped possible answer, and parse_task on every entry")
+    parser.add_argument("--validation", default="strict", choices=bfcl_schema.VALIDATION_LEVELS)
+    parser.add_argument("--train", type=float, default=0.7)
+    parser.add_argument("--val", type=float, default=0.1)
+    parser.add_argument("--test", type=float, default=0.2)
+    args = parser.parse_args(argv)
+    if not (args.stats or args.check):
+        parser.error("nothing to do: pass --stats and/or --check")
+    domain = BFCLDomain(split_fractions=SplitFractions(args.train, args.val, args.test), validation=args.validation)
+    if args.stats:
+        print(format_stats(domain))
+    if args.check:
+        print("\nReward of the reference response to every shipped entry (official checker):")
+        for category, r in shipped_answer_check(domain).items():
+            print(f"  {category}: {r['passed']}/{r['total']} = {r['passed'] / r['total']:.2%}")
+            for task_id, error_type in r["failures"]:
+                print(f"    FAIL {task_id}: {error_type}")
+        print(f"\nparse_task ({args.validation}) on every shipped entry re-serialised as a generation:")
+        for category, counter in shipped_parse_check(domain).items():
+            total = sum(counter.values())
+            rejected = {k: v for k, v in counter.items() if k != "accepted"}
+            print(f"  {category}: accepted {counter['accepted']}/{total}; rejected {rejected or '{}'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Adapter around BFCL's official AST checker (`bfcl_eval.eval_checker.ast_eval.ast_checker`).
+
+Why a stub: `ast_checker.py` imports `bfcl_eval.constants.model_config` only to read one flag
+(`underscore_to_dot`: whether a model's API rewrote "." in function names to "_"). That module
+imports every provider SDK BFCL supports (openai, anthropic, mistral, cohere, google-genai, ...),
+several GB we do not install (`pip install --no-deps bfcl-eval`). We import the checker with a
+small stand-in module in `sys.modules` whose mapping answers `underscore_to_dot=False` for our
+model (Qwen's chat template keeps dotted names verbatim), then restore `sys.modules`, so the
+stand-in never leaks to other importers. The checker's own code is used unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import importlib
+import sys
+import types
+from typing import Any, Mapping, Sequence
+
+from genenv_jax.tokenization import ToolCall
+
+_CHECKER_MODULE = "bfcl_eval.eval_checker.ast_eval.ast_checker"
+_MODEL_CONFIG_MODULE = "bfcl_eval.constants.model_config"
+MODEL_NAME = "genenv_jax"  # the name we pass to the checker; any name maps to underscore_to_dot=False
+
+
+class _ModelConfigMapping(dict):
+    """MODEL_CONFIG_MAPPING stand-in: every model keeps dotted function names (no '.' -> '_')."""
+
+    def __missing__(self, key: str) -> Any:
+        return types.SimpleNamespace(model_name=key, underscore_to_dot=False)
+
+
+def _stub_model_config_module() -> types.ModuleType:
+    module = types.ModuleType(_MODEL_CONFIG_MODULE)
+    module.__doc__ = "genenv_jax stand-in for bfcl_eval.constants.model_config (see bfcl_checker.py)"
+    module.MODEL_CONFIG_MAPPING = _ModelConfigMapping()
+    return module
+
+
+@functools.lru_cache(maxsize=1)
+def official_checker_module() -> types.ModuleType:
+    """BFCL's `ast_checker` module, imported against the stand-in model-config module."""
+    saved = {name: sys.modules.pop(name) for name in (_CHECKER_MODULE, _MODEL_CONFIG_MODULE)
+             if name in sys.modules}
+    sys.modules[_MODEL_CONFIG_MODULE] = _stub_model_config_module()
+    try:
+        module = importlib.import_module(_CHECKER_MODULE)
+    finally:
+        sys.modules.pop(_MODEL_CONFIG_MODULE, None)
+        sys.modules.pop(_CHECKER_MODULE, None)
+        sys.modules.update(saved)
+        # The import also bound the module on its parent package; put the parent back as it was.
+        parent_name, _, child = _CHECKER_MODULE.rpartition(".")
+        parent = sys.modules.get(parent_name)
+        if parent is not None:
+            if _CHECKER_MODULE in saved:
+                setattr(parent, child, saved[_CHECKER_MODULE])
+            elif hasattr(parent, child):
+                delattr(parent, child)
+    return module
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    """The official checker's verdict on one model output."""
+
+    valid: bool
+    error_type: str | None = None
+    errors: list[Any] = dataclasses.field(default_factory=list)
+
+
+def to_model_output(calls: Sequence[ToolCall | Mapping[str, Any]]) -> list[dict[str, dict[str, Any]]]:
+    """Calls in the checker's decoded form: `[{func_name: {param: value}}, ...]`."""
+    out = []
+    for c in calls:
+        name, args = (c.name, c.arguments) if isinstance(c, ToolCall) else (c["name"], c["arguments"])
+        out.append({name: copy.deepcopy(dict(args))})
+    return out
+
+
+def check_calls(functions: Sequence[Mapping[str, Any]], calls: Sequence[ToolCall | Mapping[str, Any]],
+                ground_truth: Sequence[Mapping[str, Any]], category: str) -> CheckResult:
+    """Runs `ast_checker` (Python semantics) on parsed calls against BFCL possible answers.
+
+    `category` picks the checker mode as BFCL does: names containing "parallel" match calls in
+    any order, "multiple" expects one call among several functions, others one call. An
+    exception inside the checker (it assumes well-formed docs) counts as invalid, with its type.
+    """
+    module = official_checker_module()
+    language = importlib.import_module("bfcl_eval.constants.enums").Language.PYTHON
+    try:
+        result = module.ast_checker(copy.deepcopy(list(functions)), to_model_output(calls),
+                                    copy.deepcopy(list(ground_truth)), language, category, MODEL_NAME)
+    except Exception as e:  # noqa: BLE001 - the checker's failure on odd input is a failed check
+        return CheckResult(False, f"checker_exception:{type(e).__name__}", [str(e)])
+    if result.get("valid"):
+        return CheckResult(True)
+    return CheckResult(False, result.get("error_type"), list(result.get("error", [])))

@@ -1,0 +1,381 @@
+"""Benchmark evaluation of params (an HF model dir, a random preset, or params in memory).
+
+Greedy decoding of every task's episode (agent turns and `domain.step` observations), scored by
+the domain's verifier (for BFCL the official AST checker), reported as per-category accuracy plus
+the domain's summary, written as JSON and Markdown. Decoding is pluggable: by default the KV-cache sampler
+(`genenv_jax.sampling.generate`) when it is importable, else `greedy_generate` below, which
+recomputes a full forward pass per new token (fine for tiny models and as a reference).
+
+    python -m genenv_jax.evaluation --model_dir=/ckpt/qwen2.5-7b-instruct --split=test --out=/tmp/eval
+    python -m genenv_jax.evaluation --preset=tiny --max_per_category=2 --max_new_tokens=16 --out=/tmp/eval
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm import tqdm
+
+from genenv_jax import tokenization
+from genenv_jax.domains.base import Domain, Task
+from genenv_jax.models import ModelConfig, hidden_states, logits_from_hidden
+
+# (prompts, max_new_tokens) -> generated ids per prompt, ending before the first stop token.
+GenerateFn = Callable[[Sequence[Sequence[int]], int], list[list[int]]]
+REPORT_VERSION = 1
+
+
+# ----------------------------------------------------------------------------------------------
+# Decoding
+# ----------------------------------------------------------------------------------------------
+def truncate_at_stop(ids: Sequence[int], stop_tokens: Sequence[int]) -> list[int]:
+    """ids up to (not including) the first stop token."""
+    stops = set(int(s) for s in stop_tokens)
+    out = []
+    for t in ids:
+        if int(t) in stops:
+            break
+        out.append(int(t))
+    return out
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _greedy_next(cfg: ModelConfig, params: Any, tokens: jax.Array, mask: jax.Array, last: jax.Array) -> jax.Array:
+    hidden = hidden_states(cfg, params, tokens, attention_mask=mask)  # [B, S, D]
+    h_last = jax.lax.dynamic_index_in_dim(hidden, last, axis=1, keepdims=False)  # [B, D]
+    return jnp.argmax(logits_from_hidden(cfg, params, h_last), axis=-1).astype(jnp.int32)  # [B]
+
+
+def greedy_generate(cfg: ModelConfig, params: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                    stop_tokens: Sequence[int], pad_id: int, length_bucket: int = 64) -> list[list[int]]:
+    """Greedy decoding by a full forward pass per new token (no KV cache).
+
+    Prompts are left-padded into one [B, P + max_new_tokens] buffer, P rounded up to
+    `length_bucket` so batches of similar length share one compiled program; the causal mask
+    keeps the not-yet-written slots from affecting earlier positions. Rows end at a stop token
+    (excluded from the result); the loop ends when every row has stopped.
+    """
+    if not prompts:
+        return []
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("greedy_generate: empty prompt")
+    longest = max(len(p) for p in prompts)
+    prompt_len = -(-longest // length_bucket) * length_bucket
+    total = prompt_len + max_new_tokens
+    batch = len(prompts)
+    tokens = np.full((batch, total), pad_id, np.int32)  # [B, S]
+    mask = np.zeros((batch, total), bool)  # [B, S]
+    for i, p in enumerate(prompts):
+        tokens[i, prompt_len - len(p):prompt_len] = np.asarray(p, np.int32)
+        mask[i, prompt_len - len(p):prompt_len] = True
+    stops = np.asarray(sorted(set(int(s) for s in stop_tokens)), np.int32)
+    done = np.zeros(batch, bool)
+    generated = [[] for _ in range(batch)]
+    for step in range(max_new_tokens):
+        cur = prompt_len + step  # the slot written now; its token is predicted at slot cur - 1
+        nxt = np.asarray(_greedy_next(cfg, params, jnp.asarray(tokens), jnp.asarray(mask), cur - 1))
+        tokens[:, cur] = nxt
+        mask[:, cur] = True
+        for i in np.nonzero(~done)[0]:
+            if nxt[i] in stops:
+                done[i] = True
+            else:
+                generated[i].append(int(nxt[i]))
+        if done.all():
+            break
+    return generated
+
+
+def _rows(output: Any) -> list[list[int]]:
+    """Rows of token ids from a sampler output (`SampleOutput.token_lists()` or nested sequences)."""
+    if hasattr(output, "token_lists"):
+        return [list(map(int, r)) for r in output.token_lists()]
+    return [list(map(int, r)) for r in output]
+
+
+def sampler_available() -> bool:
+    """Whether `genenv_jax.sampling.generate` can be imported."""
+    try:
+        from genenv_jax.sampling import generate  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def make_generate_fn(cfg: ModelConfig, params: Any, stop_tokens: Sequence[int], pad_id: int,
+                     backend: str = "auto") -> tuple[GenerateFn, str]:
+    """A greedy GenerateFn: backend 'sampler' (KV cache), 'forward' (full recompute) or 'auto'."""
+    if backend not in ("auto", "sampler", "forward"):
+        raise ValueError(f"backend {backend!r} not in ('auto', 'sampler', 'forward')")
+    if backend == "auto":
+        backend = "sampler" if sampler_available() else "forward"
+    if backend == "sampler":
+        from genenv_jax.sampling import generate
+
+        def fn(prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
+            out = generate(cfg, params, [list(p) for p in prompts], max_new_tokens=max_new_tokens,
+                           temperature=0.0, stop_tokens=list(stop_tokens), seed=0)
+            return [truncate_at_stop(r, stop_tokens) for r in _rows(out)]
+    else:
+        def fn(prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
+            return greedy_generate(cfg, params, prompts, max_new_tokens, stop_tokens, pad_id)
+    return fn, backend
+
+
+# ----------------------------------------------------------------------------------------------
+# Evaluation
+# ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class EvalItem:
+    """One evaluated task."""
+
+    task_id: str
+    category: str
+    reward: float
+    response: str
+    error_type: str | None
+    prompt_tokens: int
+    response_tokens: int
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalReport:
+    """Per-category accuracy, the domain's summary, and every item."""
+
+    domain: str
+    per_category: dict[str, dict[str, float]]  # {category: {"n", "correct", "accuracy"}}
+    summary: dict[str, float]
+    items: list[EvalItem]
+    config: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"report_version": REPORT_VERSION, "domain": self.domain, "per_category": self.per_category,
+                "summary": self.summary, "config": self.config}
+
+
+def select_tasks(tasks: Sequence[Task], max_per_category: int | None = None,
+                 categories: Sequence[str] | None = None) -> list[Task]:
+    """The first `max_per_category` tasks of each category (in the given order), optionally filtered."""
+    counts: dict[str, int] = {}
+    out = []
+    for t in tasks:
+        if categories is not None and t.category not in categories:
+            continue
+        if max_per_category is not None and counts.get(t.category, 0) >= max_per_category:
+            continue
+        counts[t.category] = counts.get(t.category, 0) + 1
+        out.append(t)
+    return out
+
+
+def per_category_accuracy(items: Sequence[EvalItem]) -> dict[str, dict[str, float]]:
+    """{category: {"n", "correct", "accuracy"}}, categories in first-seen order."""
+    table: dict[str, dict[str, float]] = {}
+    for it in items:
+        row = table.setdefault(it.category, {"n": 0, "correct": 0.0})
+        row["n"] += 1
+        row["correct"] += it.reward
+    for row in table.values():
+        row["accuracy"] = row["correct"] / row["n"]
+    return table
+
+
+def default_summary(per_category: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """Unweighted mean of category accuracies and item-weighted (micro) accuracy."""
+    if not per_category:
+        return {}
+    n = sum(r["n"] for r in per_category.values())
+    return {"overall": float(np.mean([r["accuracy"] for r in per_category.values()])),
+            "overall_micro": sum(r["correct"] for r in per_category.values()) / n}
+
+
+def _decode_in_batches(generate_fn: GenerateFn, prompts: Mapping[int, list[int]], max_new_tokens: int,
+                       batch_size: int) -> dict[int, list[int]]:
+    """Runs generate_fn over prompts in batches of similar length; returns ids per prompt key."""
+    order = sorted(prompts, key=lambda i: len(prompts[i]))
+    out: dict[int, list[int]] = {}
+    for start in range(0, len(order), batch_size):
+        chunk = order[start:start + batch_size]
+        rows = generate_fn([prompts[i] for i in chunk], max_new_tokens)
+        if len(rows) != len(chunk):
+            raise RuntimeError(f"generate_fn returned {len(rows)} rows for {len(chunk)} prompts")
+        out.update(zip(chunk, rows))
+    return out
+
+
+def evaluate(domain: Domain, tasks: Sequence[Task], generate_fn: GenerateFn, tokenizer: Any,
+             max_new_tokens: int = 256, batch_size: int = 8, max_prompt_tokens: int | None = None,
+             max_turns: int = 8, progress: bool = True, config: Mapping[str, Any] | None = None) -> EvalReport:
+    """Decodes every task's episode and scores the agent's final response with the domain.
+
+    Each turn, the conversation so far is rendered with the chat template and decoded in
+    batches of similar length; `domain.step` then ends the episode or appends an observation
+    (BFCL: one turn). A conversation longer than `max_prompt_tokens` is not decoded and the task
+    counts as a failure ('prompt_too_long'), so the denominators stay the full task set; an
+    episode still open after `max_turns` is scored on its last response.
+    """
+    if batch_size < 1 or max_new_tokens < 1 or max_turns < 1:
+        raise ValueError("batch_size, max_new_tokens and max_turns must be positive")
+    prompts = [domain.agent_prompt(t) for t in tasks]
+    conversations = [list(p.messages) for p in prompts]
+    first_prompt_tokens = [0] * len(tasks)
+    new_tokens = [0] * len(tasks)
+    final_response = [""] * len(tasks)
+    too_long: set[int] = set()
+    active = list(range(len(tasks)))
+    bar = tqdm(total=len(tasks), desc=f"eval {domain.name}", unit="task", disable=not progress)
+    for turn in range(max_turns):
+        ids = {i: tokenization.encode_chat(tokenizer, conversations[i], prompts[i].tools) for i in active}
+        if turn == 0:
+            for i in active:
+                first_prompt_tokens[i] = len(ids[i])
+        over = {i for i in active if max_prompt_tokens is not None and len(ids[i]) > max_prompt_tokens}
+        too_long |= over
+        bar.update(len(over))
+        active = [i for i in active if i not in over]
+        outs = _decode_in_batches(generate_fn, {i: ids[i] for i in active}, max_new_tokens, batch_size)
+        still_open = []
+        for i in active:
+            text = tokenization.decode(tokenizer, outs[i], skip_special_tokens=False)
+            conversations[i].append({"role": "assistant", "content": text})
+            final_response[i] = text
+            new_tokens[i] += len(outs[i])
+            step = domain.step(tasks[i], conversations[i])
+            if step.done:
+                bar.update(1)
+            else:
+                conversations[i].append(step.observation)
+                still_open.append(i)
+        active = still_open
+        if not active:
+            break
+    bar.update(len(active))
+    bar.close()
+    items = []
+    for i, task in enumerate(tasks):
+        if i in too_long:
+            items.append(EvalItem(task.task_id, task.category, 0.0, final_response[i], "prompt_too_long",
+                                  first_prompt_tokens[i], new_tokens[i]))
+            continue
+        result = domain.score_details(task, final_response[i])
+        items.append(EvalItem(task.task_id, task.category, float(result.reward), final_response[i],
+                              result.details.get("error_type"), first_prompt_tokens[i], new_tokens[i]))
+    table = per_category_accuracy(items)
+    summarize = getattr(domain, "summary", None)
+    summary = summarize(table) if callable(summarize) else default_summary(table)
+    return EvalReport(domain=domain.name, per_category=table, summary=summary, items=items,
+                      config=dict(config or {}, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                                  max_prompt_tokens=max_prompt_tokens, max_turns=max_turns,
+                                  num_tasks=len(tasks)))
+
+
+def format_markdown(report: EvalReport) -> str:
+    """The report as Markdown: per-category table, then the summary."""
+    lines = [f"# {report.domain} evaluation", "",
+             "| category | n | correct | accuracy |", "|---|---:|---:|---:|"]
+    for category, row in report.per_category.items():
+        lines.append(f"| {category} | {int(row['n'])} | {row['correct']:g} | {row['accuracy']:.2%} |")
+    lines += ["", "| summary | accuracy |", "|---|---:|"]
+    lines += [f"| {k} | {v:.2%} |" for k, v in report.summary.items()]
+    lines += ["", "config: `" + json.dumps(report.config, sort_keys=True) + "`", ""]
+    return "\n".join(lines)
+
+
+def write_report(report: EvalReport, out_dir: str | os.PathLike) -> dict[str, Path]:
+    """Writes results.json, results.md and items.jsonl (one scored response per line)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "results.json", "markdown": out / "results.md", "items": out / "items.jsonl"}
+    paths["json"].write_text(json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    paths["markdown"].write_text(format_markdown(report), encoding="utf-8")
+    with paths["items"].open("w", encoding="utf-8") as f:
+        for it in report.items:
+            f.write(json.dumps(dataclasses.asdict(it), ensure_ascii=False) + "\n")
+    return paths
+
+
+def evaluate_params(cfg: ModelConfig, params: Any, domain: Domain, tasks: Sequence[Task], tokenizer: Any,
+                    backend: str = "auto", **kwargs: Any) -> EvalReport:
+    """`evaluate` with greedy decoding of `params` (a checkpoint's agent params, an HF model, ...)."""
+    if cfg.vocab_size < len(tokenizer):
+        raise ValueError(f"model vocab_size {cfg.vocab_size} is smaller than the tokenizer's {len(tokenizer)} "
+                         "tokens; use a model with the tokenizer's vocabulary (e.g. preset 'tiny', not 'micro')")
+    stops = tokenization.stop_ids(tokenizer)
+    generate_fn, backend = make_generate_fn(cfg, params, stops, tokenization.pad_id(tokenizer), backend)
+    config = dict(kwargs.pop("config", {}), backend=backend, decoding="greedy")
+    return evaluate(domain, tasks, generate_fn, tokenizer, config=config, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------
+# CLI
+# ----------------------------------------------------------------------------------------------
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m genenv_jax.evaluation", description=__doc__.split("\n")[0])
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model_dir", help="HF Qwen2 checkpoint directory (config.json + safetensors)")
+    src.add_argument("--preset", help="random-init model preset for smoke runs (e.g. 'tiny')")
+    p.add_argument("--tokenizer_dir", default=None,
+                   help="tokenizer directory (default: --model_dir if it has tokenizer files, else the bundled Qwen2.5)")
+    p.add_argument("--domain", default="bfcl")
+    p.add_argument("--split", default="test", help="train | validation | test | all")
+    p.add_argument("--categories", default=None, help="comma-separated subset of categories")
+    p.add_argument("--max_per_category", type=int, default=None)
+    p.add_argument("--max_new_tokens", type=int, default=256)
+    p.add_argument("--max_prompt_tokens", type=int, default=None)
+    p.add_argument("--max_turns", type=int, default=8, help="agent turns per episode (BFCL uses one)")
+    p.add_argument("--batch_size", type=int, default=8)
+    p.add_argument("--dtype", default=None, help="param dtype for --model_dir (default: the checkpoint's)")
+    p.add_argument("--backend", default="auto", choices=("auto", "sampler", "forward"))
+    p.add_argument("--seed", type=int, default=0, help="init seed for --preset")
+    p.add_argument("--out", required=True, help="output directory for results.json / results.md / items.jsonl")
+    p.add_argument("--no_progress", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse_args(argv)
+    from genenv_jax.domains import get_domain
+    from genenv_jax.models import init_params, load_hf, preset
+
+    t0 = time.time()
+    if args.model_dir:
+        cfg, params = load_hf(args.model_dir, dtype=args.dtype)
+        source = {"model_dir": os.path.abspath(args.model_dir)}
+    else:
+        cfg = preset(args.preset)
+        params = jax.jit(init_params, static_argnums=0)(cfg, jax.random.key(args.seed))  # jit: ~2x faster init
+        source = {"preset": args.preset, "seed": args.seed}
+    tok_dir = args.tokenizer_dir
+    if tok_dir is None and args.model_dir and tokenization.has_tokenizer_files(args.model_dir):
+        tok_dir = args.model_dir
+    tokenizer = tokenization.load_tokenizer(tok_dir)
+    domain = get_domain(args.domain)
+    categories = args.categories.split(",") if args.categories else None
+    tasks = select_tasks(domain.seeds(args.split), args.max_per_category, categories)
+    if not tasks:
+        raise SystemExit(f"no tasks selected (split={args.split}, categories={categories})")
+    report = evaluate_params(
+        cfg, params, domain, tasks, tokenizer, backend=args.backend, max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size, max_prompt_tokens=args.max_prompt_tokens, max_turns=args.max_turns,
+        progress=not args.no_progress,
+        config=dict(source, split=args.split, max_per_category=args.max_per_category,
+                    tokenizer=tok_dir or "bundled-qwen2.5"))
+    paths = write_report(report, args.out)
+    print(format_markdown(report))
+    print(f"wrote {', '.join(str(p) for p in paths.values())} in {time.time() - t0:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
