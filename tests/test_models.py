@@ -11,8 +11,7 @@ import torch
 from safetensors.numpy import load_file, save_file
 from transformers import Qwen2ForCausalLM
 
-from genenv_jax.models import (PRESETS, ModelConfig, forward, forward_with_cache, init_cache, init_params,
-                               load_hf, param_shapes, preset, save_hf)
+from genenv_jax.models import PRESETS, ModelConfig, forward, init_params, load_hf, param_shapes, preset, save_hf
 from hf_reference import make_hf_model, save_hf_model
 
 
@@ -175,19 +174,3 @@ def test_bfloat16_compute_stays_close_to_float32():
     out = forward(bf, jax.tree.map(lambda x: x.astype(jnp.bfloat16), params), tokens)
     assert out.dtype == jnp.float32
     assert float(jnp.abs(out - ref).max()) < 0.05
-
-
-def test_cached_prefill_and_decode_equal_full_forward():
-    cfg = preset("micro")
-    params = init_params(cfg, jax.random.key(0))
-    tokens = jax.random.randint(jax.random.key(1), (2, 10), 0, cfg.vocab_size)
-    full = forward(cfg, params, tokens)
-    cache = init_cache(cfg, batch=2, max_len=16)
-    valid = jnp.zeros((2, 16), bool).at[:, :6].set(True)
-    positions = jnp.broadcast_to(jnp.arange(10), (2, 10))
-    logits, cache = forward_with_cache(cfg, params, tokens[:, :6], positions[:, :6], cache, 0, valid)
-    np.testing.assert_allclose(logits, full[:, :6], atol=1e-5)
-    for t in range(6, 10):
-        valid = valid.at[:, t].set(True)
-        logits, cache = forward_with_cache(cfg, params, tokens[:, t:t + 1], positions[:, t:t + 1], cache, t, valid)
-        np.testing.assert_allclose(logits[:, 0], full[:, t], atol=1e-5)

@@ -2,11 +2,8 @@
 
 from genenv_jax.models.config import PRESETS, ModelConfig, preset
 from genenv_jax.models.qwen2 import (
-    KVCache,
     forward,
-    forward_with_cache,
     hidden_states,
-    init_cache,
     init_params,
     logits_from_hidden,
     param_logical_axes,

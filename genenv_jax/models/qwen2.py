@@ -4,7 +4,7 @@ Params are a plain pytree whose decoder layers are stacked on a leading `layers`
 layers run under `nn.scan` (or fully unrolled when `cfg.scan_layers` is False), with optional
 rematerialisation. Norms, softmax and logits are float32 whatever the compute dtype.
 
-Shape letters: B batch, T query length, S key/cache length, D hidden, N query heads,
+Shape letters: B batch, T query length, S key length, D hidden, N query heads,
 K kv heads, G query heads per kv head, H head dim, F MLP width, V vocabulary, L layers.
 """
 
@@ -20,7 +20,6 @@ import jax.numpy as jnp
 from genenv_jax.models.config import ModelConfig
 
 Params = Any
-KVCache = dict[str, jax.Array]  # {"k": [L, B, S, K, H], "v": [L, B, S, K, H]}
 
 _MASK_VALUE = -1e30  # finite, so a fully masked (padding) row gives a uniform softmax, not NaN
 
@@ -59,19 +58,17 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     return (x32 * cos + rotated * sin).astype(x.dtype)
 
 
-def attend(q: jax.Array, k: jax.Array, v: jax.Array, key_valid: jax.Array, q_offset) -> jax.Array:
-    """Grouped-query causal attention.
+def attend(q: jax.Array, k: jax.Array, v: jax.Array, key_valid: jax.Array) -> jax.Array:
+    """Grouped-query causal self-attention (the sampler has its own cached decoder).
 
-    q [B, T, N, H]; k, v [B, S, K, H]; key_valid [B, S] bool (padding / unwritten cache slots
-    are False); query t sits at key slot `q_offset + t`. Returns [B, T, N, H].
+    q [B, T, N, H]; k, v [B, T, K, H]; key_valid [B, T] bool (False on padding). Returns [B, T, N, H].
     """
     b, t, n, h = q.shape
     kv_heads = k.shape[2]
     q = q.reshape(b, t, kv_heads, n // kv_heads, h)  # [B, T, K, G, H]
     scores = jnp.einsum("btkgh,bskh->bkgts", q, k, preferred_element_type=jnp.float32)
     scores = scores * (h ** -0.5)
-    q_slot = q_offset + jnp.arange(t)  # [T]
-    causal = jnp.arange(k.shape[1])[None, :] <= q_slot[:, None]  # [T, S]
+    causal = jnp.arange(t)[None, :] <= jnp.arange(t)[:, None]  # [T, S]
     mask = causal[None, :, :] & key_valid[:, None, :]  # [B, T, S]
     scores = jnp.where(mask[:, None, None, :, :], scores, _MASK_VALUE)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)  # [B, K, G, T, S]
@@ -85,7 +82,7 @@ class Attention(nn.Module):
     cfg: ModelConfig
 
     @nn.compact
-    def __call__(self, x, cos, sin, key_valid, cache_k=None, cache_v=None, cache_index=None):
+    def __call__(self, x, cos, sin, key_valid):
         cfg = self.cfg
         d, n, k, h = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         init = nn.initializers.normal(0.02)
@@ -102,17 +99,8 @@ class Attention(nn.Module):
         key = jnp.einsum("btd,dkh->btkh", x, wk.astype(dt)) + bk.astype(dt)  # [B, T, K, H]
         val = jnp.einsum("btd,dkh->btkh", x, wv.astype(dt)) + bv.astype(dt)  # [B, T, K, H]
         q, key = apply_rope(q, cos, sin), apply_rope(key, cos, sin)
-
-        if cache_k is None:
-            out = attend(q, key, val, key_valid, 0)
-        else:
-            # Write this chunk at cache slots [cache_index, cache_index + T), attend over the cache.
-            start = (0, cache_index, 0, 0)
-            cache_k = jax.lax.dynamic_update_slice(cache_k, key.astype(cache_k.dtype), start)
-            cache_v = jax.lax.dynamic_update_slice(cache_v, val.astype(cache_v.dtype), start)
-            out = attend(q, cache_k.astype(dt), cache_v.astype(dt), key_valid, cache_index)
-        y = jnp.einsum("btnh,nhd->btd", out, wo.astype(dt))  # [B, T, D]
-        return y, cache_k, cache_v
+        out = attend(q, key, val, key_valid)
+        return jnp.einsum("btnh,nhd->btd", out, wo.astype(dt))  # [B, T, D]
 
 
 class MLP(nn.Module):
@@ -136,25 +124,16 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Pre-norm attention + MLP block. Scanned: carry is (x, cache, layer index)."""
+    """Pre-norm attention + MLP block; scanned over layers with the hidden state as carry."""
 
     cfg: ModelConfig
 
     @nn.compact
-    def __call__(self, carry, cos, sin, key_valid, cache_index):
-        x, cache, layer = carry
+    def __call__(self, x, cos, sin, key_valid):
         x = nn.with_logical_constraint(x, ("activation_batch", "activation_length", "activation_embed"))
-        h = RMSNorm(self.cfg, name="input_norm")(x)
-        if cache is None:
-            attn_out, _, _ = Attention(self.cfg, name="attn")(h, cos, sin, key_valid)
-        else:
-            k_layer, v_layer = cache["k"][layer], cache["v"][layer]  # [B, S, K, H]
-            attn_out, k_layer, v_layer = Attention(self.cfg, name="attn")(
-                h, cos, sin, key_valid, k_layer, v_layer, cache_index)
-            cache = {"k": cache["k"].at[layer].set(k_layer), "v": cache["v"].at[layer].set(v_layer)}
-        x = x + attn_out
+        x = x + Attention(self.cfg, name="attn")(RMSNorm(self.cfg, name="input_norm")(x), cos, sin, key_valid)
         x = x + MLP(self.cfg, name="mlp")(RMSNorm(self.cfg, name="post_attn_norm")(x))
-        return (x, cache, layer + 1), None
+        return x, None
 
 
 def _layer_stack(cfg: ModelConfig):
@@ -166,7 +145,7 @@ def _layer_stack(cfg: ModelConfig):
         layer_cls,
         variable_axes={"params": 0},
         split_rngs={"params": True},
-        in_axes=(nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
+        in_axes=(nn.broadcast, nn.broadcast, nn.broadcast),
         length=cfg.num_layers,
         unroll=1 if cfg.scan_layers else cfg.num_layers,
         metadata_params={nn.PARTITION_NAME: "layers"},
@@ -191,12 +170,12 @@ class Qwen2(nn.Module):
                 "lm_head", nn.with_logical_partitioning(nn.initializers.normal(0.02), ("embed", "vocab")),
                 (cfg.hidden_size, cfg.vocab_size), cfg.jnp_param_dtype)
 
-    def __call__(self, tokens, positions, key_valid, cache=None, cache_index=0):
-        """Final-normed hidden states [B, T, D] (and the updated cache when one is given)."""
+    def __call__(self, tokens, positions, key_valid):
+        """Final-normed hidden states [B, T, D]."""
         cos, sin = rope_angles(positions, self.cfg.head_dim, self.cfg.rope_theta)
         x = self.embed(tokens)  # [B, T, D]
-        (x, cache, _), _ = self.layers((x, cache, 0), cos, sin, key_valid, cache_index)
-        return self.final_norm(x), cache
+        x, _ = self.layers(x, cos, sin, key_valid)
+        return self.final_norm(x)
 
     def logits(self, hidden: jax.Array) -> jax.Array:
         """float32 logits [..., V] from final hidden states [..., D]."""
@@ -247,8 +226,7 @@ def hidden_states(cfg: ModelConfig, params: Params, tokens: jax.Array, positions
     """Final-normed hidden states [B, T, D] in the compute dtype."""
     positions = default_positions(tokens, attention_mask) if positions is None else positions
     key_valid = jnp.ones(tokens.shape, bool) if attention_mask is None else attention_mask.astype(bool)
-    hidden, _ = module(cfg).apply({"params": params}, tokens, positions, key_valid)
-    return hidden
+    return module(cfg).apply({"params": params}, tokens, positions, key_valid)
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -266,24 +244,3 @@ def forward(cfg: ModelConfig, params: Params, tokens: jax.Array, positions: jax.
     they are counted over real tokens, so left-padded prompts get the positions they would have alone.
     """
     return logits_from_hidden(cfg, params, hidden_states(cfg, params, tokens, positions, attention_mask))
-
-
-def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype: Any = None) -> KVCache:
-    """An empty KV cache {"k", "v"}: [L, B, S, K, H] each, in the compute dtype by default."""
-    shape = (cfg.num_layers, batch, max_len, cfg.num_kv_heads, cfg.head_dim)
-    dtype = cfg.jnp_dtype if dtype is None else dtype
-    return {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)}
-
-
-def forward_with_cache(cfg: ModelConfig, params: Params, tokens: jax.Array, positions: jax.Array,
-                       cache: KVCache, cache_index: jax.Array | int, key_valid: jax.Array,
-                       ) -> tuple[jax.Array, KVCache]:
-    """Runs tokens [B, T] written at cache slots [cache_index, cache_index + T).
-
-    `key_valid` [B, S] marks cache slots that hold real tokens (including the ones written now);
-    returns float32 logits [B, T, V] and the updated cache. Call it inside jit; donate the cache.
-    """
-    mod = module(cfg)
-    hidden, cache = mod.apply({"params": params}, tokens, positions, key_valid.astype(bool), cache,
-                              cache_index)
-    return mod.apply({"params": params}, hidden, method=Qwen2.logits), cache
