@@ -1,0 +1,168 @@
+"""GRPO for the agent: group-relative advantages, the clipped-surrogate loss, the update step.
+
+Batch layout (all rows of one task's n rollouts are contiguous: rows [g*n, (g+1)*n)):
+  tokens [B, T] int, attention_mask [B, T], loss_mask [B, T] (response tokens the agent wrote),
+  old_logprobs [B, T] (from the sampler, or recomputed), advantages [B] (`grpo_advantages`),
+  ref_logprobs [B, T] (frozen reference policy, `logprobs.make_logprobs_fn`; needed when
+  kl_coef > 0), optional positions [B, T].
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh
+
+from genenv_jax.models import ModelConfig
+from genenv_jax.rl.logprobs import token_logprobs
+from genenv_jax.rl.losses import AGGREGATIONS, KL_ESTIMATORS, aggregate, check_choice, kl_penalty, normalizer, token_count
+from genenv_jax.rl.step import TrainStep, build_train_step
+
+
+@dataclasses.dataclass(frozen=True)
+class GRPOConfig:
+    """GRPO loss and advantage options. Defaults follow the GenEnv reference config.
+
+    clip_low / clip_high: the ratio is clipped to [1 - clip_low, 1 + clip_high].
+    kl_coef, kl_estimator ("k1" | "k2" | "k3"), kl_clamp: KL-to-reference loss term.
+    entropy_coef: weight of the entropy bonus (subtracted from the loss).
+    aggregation: "token_mean" (all response tokens of the batch weigh the same) or
+      "seq_mean_token_mean" (each sequence's token mean, averaged over sequences).
+    temperature: the sampling temperature; logits are divided by it, as the sampler did.
+    chunk_size: sequence chunk of the LM head (bounds the float32 [B, chunk, V] logits).
+    adv_eps, std_ddof, normalize_by_std: advantages (r - mean) / (std + adv_eps) per group.
+    """
+
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    kl_coef: float = 1e-3
+    kl_estimator: str = "k3"
+    kl_clamp: float | None = 10.0
+    entropy_coef: float = 1e-3
+    aggregation: str = "token_mean"
+    temperature: float = 1.0
+    chunk_size: int = 512
+    adv_eps: float = 1e-6
+    std_ddof: int = 1
+    normalize_by_std: bool = True
+
+    def __post_init__(self):
+        check_choice("GRPOConfig.aggregation", self.aggregation, AGGREGATIONS)
+        check_choice("GRPOConfig.kl_estimator", self.kl_estimator, KL_ESTIMATORS)
+        if self.clip_low < 0 or self.clip_high < 0:
+            raise ValueError(f"GRPOConfig clip ranges must be >= 0, got {self.clip_low}, {self.clip_high}")
+        if self.clip_low >= 1:
+            raise ValueError(f"GRPOConfig.clip_low must be < 1, got {self.clip_low}")
+        if self.kl_coef < 0:
+            raise ValueError(f"GRPOConfig.kl_coef must be >= 0, got {self.kl_coef}")
+        if self.temperature <= 0:
+            raise ValueError(f"GRPOConfig.temperature must be > 0, got {self.temperature}")
+
+
+def grpo_advantages(rewards: jax.Array, num_rollouts: int, *, eps: float = 1e-6, ddof: int = 1,
+                    normalize_by_std: bool = True) -> jax.Array:
+    """Group-relative advantages [B] from rewards [B], groups = consecutive runs of `num_rollouts`.
+
+    A_i = (r_i - mean_g) / (std_g + eps) (std with `ddof`), or r_i - mean_g without std
+    normalisation. A group whose rewards are all equal gets exactly zero advantage.
+    """
+    rewards = jnp.asarray(rewards, jnp.float32)
+    if rewards.ndim != 1:
+        raise ValueError(f"rewards must be [batch], got shape {rewards.shape}")
+    if num_rollouts < 1 or rewards.shape[0] % num_rollouts:
+        raise ValueError(f"batch of {rewards.shape[0]} rewards is not a whole number of groups of "
+                         f"num_rollouts={num_rollouts}")
+    if normalize_by_std and not 0 <= ddof < num_rollouts:
+        raise ValueError(f"std ddof={ddof} needs num_rollouts > ddof, got num_rollouts={num_rollouts}")
+    groups = rewards.reshape(-1, num_rollouts)  # [G, n]
+    centred = groups - jnp.mean(groups, axis=1, keepdims=True)
+    if normalize_by_std:
+        std = jnp.sqrt(jnp.sum(jnp.square(centred), axis=1, keepdims=True) / (num_rollouts - ddof))
+        centred = centred / (std + eps)
+    constant = jnp.max(groups, axis=1, keepdims=True) == jnp.min(groups, axis=1, keepdims=True)
+    return jnp.where(constant, 0.0, centred).reshape(-1)
+
+
+def grpo_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, loss_mask: jax.Array,
+              config: GRPOConfig, ref_logprobs: jax.Array | None = None, entropy: jax.Array | None = None,
+              norm: jax.Array | None = None, num_tokens: jax.Array | None = None,
+              ) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Clipped-surrogate loss + kl_coef * KL - entropy_coef * entropy, aggregated over the mask.
+
+    logprobs / old_logprobs / ref_logprobs / entropy / loss_mask: [B, T]; advantages [B] (one per
+    sequence) or [B, T]. `norm` is the aggregation's normaliser and `num_tokens` the token count,
+    both over the whole batch (defaults: from `loss_mask`); pass them when this is a micro-batch.
+    Returns (loss, metrics) with pg_loss, kl, entropy, clip_frac, tokens.
+    """
+    mask = loss_mask.astype(jnp.float32)
+    mode = config.aggregation
+    norm = normalizer(mask, mode) if norm is None else norm
+    num_tokens = token_count(mask) if num_tokens is None else num_tokens
+    adv = advantages[:, None] if advantages.ndim == 1 else advantages  # [B, 1] or [B, T]
+
+    ratio = jnp.exp(logprobs - old_logprobs)  # [B, T]
+    unclipped = -adv * ratio
+    clipped = -adv * jnp.clip(ratio, 1.0 - config.clip_low, 1.0 + config.clip_high)
+    pg_per_token = jnp.maximum(unclipped, clipped)
+    pg_loss = aggregate(pg_per_token, mask, mode, norm)
+    clip_frac = jnp.sum((clipped > unclipped) * mask) / jnp.maximum(num_tokens, 1.0)
+    loss = pg_loss
+    metrics = {"pg_loss": pg_loss, "clip_frac": clip_frac, "tokens": token_count(mask)}
+
+    if config.kl_coef > 0:
+        if ref_logprobs is None:
+            raise ValueError(f"GRPO kl_coef={config.kl_coef} needs ref_logprobs")
+        kl = aggregate(kl_penalty(logprobs, ref_logprobs, config.kl_estimator, config.kl_clamp), mask, mode, norm)
+        loss = loss + config.kl_coef * kl
+        metrics["kl"] = kl
+    if entropy is not None:
+        mean_entropy = aggregate(entropy, mask, mode, norm)
+        if config.entropy_coef:
+            loss = loss - config.entropy_coef * mean_entropy
+        metrics["entropy"] = mean_entropy
+    elif config.entropy_coef:
+        raise ValueError(f"GRPO entropy_coef={config.entropy_coef} needs per-token entropy")
+    metrics["loss"] = loss
+    return loss, metrics
+
+
+def grpo_micro_batch_loss(cfg: ModelConfig, config: GRPOConfig, params: Any, batch: dict[str, jax.Array],
+                          norms: dict[str, jax.Array]) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """GRPO loss of one micro-batch under `params`, normalised by whole-batch `norms`."""
+    logprobs, entropy = token_logprobs(cfg, params, batch["tokens"], batch.get("attention_mask"),
+                                       batch.get("positions"), chunk_size=config.chunk_size,
+                                       temperature=config.temperature, with_entropy=True)
+    if not config.entropy_coef:
+        entropy = jax.lax.stop_gradient(entropy)  # a metric only: no backward pass through it
+    return grpo_loss(logprobs, batch["old_logprobs"], batch["advantages"], batch["loss_mask"], config,
+                     ref_logprobs=batch.get("ref_logprobs"), entropy=entropy, norm=norms["norm"],
+                     num_tokens=norms["tokens"])
+
+
+def make_grpo_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, config: GRPOConfig | None = None,
+                   mesh: Mesh | None = None, micro_batches: int = 1, rules: Any = None,
+                   donate: bool = True) -> TrainStep:
+    """The jitted GRPO `step(params, opt_state, batch) -> (params, opt_state, metrics)`.
+
+    Metrics: loss, pg_loss, kl (when kl_coef > 0), entropy, clip_frac, tokens, grad_norm
+    (before clipping), learning_rate.
+    """
+    config = GRPOConfig() if config is None else config
+    required = ("tokens", "loss_mask", "old_logprobs", "advantages")
+    if config.kl_coef > 0:
+        required += ("ref_logprobs",)
+
+    def prepare(batch):
+        mask = batch["loss_mask"]
+        norms = {"norm": normalizer(mask, config.aggregation), "tokens": token_count(mask)}
+        return batch, norms, {}
+
+    def loss_fn(params, micro_batch, norms):
+        return grpo_micro_batch_loss(cfg, config, params, micro_batch, norms)
+
+    return build_train_step(cfg, optimizer, loss_fn, prepare, required, mesh=mesh, micro_batches=micro_batches,
+                            rules=rules, donate=donate, rule="GRPO")

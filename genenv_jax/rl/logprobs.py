@@ -1,0 +1,179 @@
+"""Per-token log-probabilities and entropies of a sequence under the model, and loss masks.
+
+Convention: everything is aligned with `tokens` [B, T]. `logprobs[:, t]` is
+log p(tokens[:, t] | tokens[:, :t]); position 0 has no prediction and is 0. A loss mask marks
+the tokens the policy generated (response tokens, not prompt, padding or tool observations).
+
+The LM head runs over chunks of the sequence inside a rematerialised `lax.scan`, so only one
+float32 [B, chunk, V] block of logits exists at a time, forward and backward; with a 152k
+vocabulary a full [B, T, V] float32 tensor would not fit for long sequences.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from genenv_jax.models import ModelConfig, hidden_states, logits_from_hidden
+
+Params = Any
+
+
+def _chunk_stats(cfg: ModelConfig, params: Params, hidden: jax.Array, targets: jax.Array,
+                 temperature: float, with_entropy: bool) -> tuple[jax.Array, jax.Array]:
+    """log p(target) and entropy for one chunk: hidden [B, C, D], targets [B, C] -> two [B, C]."""
+    logits = logits_from_hidden(cfg, params, hidden)  # [B, C, V] float32
+    if temperature != 1.0:
+        logits = logits / temperature
+    lse = jax.nn.logsumexp(logits, axis=-1)  # [B, C]
+    target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]  # [B, C]
+    if not with_entropy:
+        return target_logit - lse, jnp.zeros_like(lse)
+    probs = jnp.exp(logits - lse[..., None])  # [B, C, V]
+    entropy = lse - jnp.einsum("bcv,bcv->bc", probs, logits)
+    return target_logit - lse, entropy
+
+
+def token_logprobs(cfg: ModelConfig, params: Params, tokens: jax.Array,
+                   attention_mask: jax.Array | None = None, positions: jax.Array | None = None, *,
+                   chunk_size: int = 512, temperature: float = 1.0,
+                   with_entropy: bool = False) -> tuple[jax.Array, jax.Array | None]:
+    """Per-token logprobs [B, T] (float32) of `tokens` under `params`, and entropies [B, T] if asked.
+
+    `attention_mask` [B, T] marks real tokens (left or right padding both work); `temperature`
+    divides the logits, matching a sampler that sampled at that temperature. The entropy at t is
+    that of the distribution that produced tokens[:, t]. Differentiable; call inside jit.
+    """
+    if tokens.ndim != 2:
+        raise ValueError(f"tokens must be [batch, time], got shape {tokens.shape}")
+    if chunk_size <= 0:
+        raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    batch, length = tokens.shape
+    if length < 2:
+        zeros = jnp.zeros((batch, length), jnp.float32)
+        return zeros, (zeros if with_entropy else None)
+
+    hidden = hidden_states(cfg, params, tokens, positions, attention_mask)  # [B, T, D]
+    hidden, targets = hidden[:, :-1], tokens[:, 1:]  # position t predicts token t + 1
+    steps = length - 1
+    chunk = min(chunk_size, steps)
+    num_chunks = -(-steps // chunk)
+    pad = num_chunks * chunk - steps
+    if pad:
+        hidden = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
+        targets = jnp.pad(targets, ((0, 0), (0, pad)))
+    # [num_chunks, B, C, ...]: scan over chunks of the sequence.
+    hidden = hidden.reshape(batch, num_chunks, chunk, -1).swapaxes(0, 1)
+    targets = targets.reshape(batch, num_chunks, chunk).swapaxes(0, 1)
+
+    # Rematerialised: the backward pass recomputes each chunk's logits instead of storing them.
+    stats = jax.checkpoint(functools.partial(_chunk_stats, cfg, temperature=temperature,
+                                             with_entropy=with_entropy))
+
+    def body(carry, chunk_in):
+        h, t = chunk_in
+        return carry, stats(params, h, t)
+
+    _, (logprobs, entropy) = jax.lax.scan(body, None, (hidden, targets))  # [n, B, C] each
+
+    def unchunk(x):  # [n, B, C] -> [B, T], with position 0 set to 0
+        x = x.swapaxes(0, 1).reshape(batch, num_chunks * chunk)[:, :steps]
+        return jnp.pad(x, ((0, 0), (1, 0)))
+
+    return unchunk(logprobs), (unchunk(entropy) if with_entropy else None)
+
+
+def build_loss_mask(prompt_lengths: Sequence[int] | np.ndarray, response_lengths: Sequence[int] | np.ndarray,
+                    seq_len: int, observation_spans: Sequence[Sequence[tuple[int, int]]] | None = None,
+                    prompt_offsets: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
+    """Float32 mask [B, seq_len]: 1 on response tokens the policy generated, 0 elsewhere.
+
+    Row b holds `prompt_offsets[b]` padding tokens (left padding; default 0), then
+    `prompt_lengths[b]` prompt tokens, then `response_lengths[b]` response tokens, then padding.
+    `observation_spans[b]` lists (start, end) half-open token ranges, in absolute positions of the
+    row, that the environment wrote into the response (tool results); they are masked out.
+    """
+    prompt_lengths = np.asarray(prompt_lengths, np.int64)
+    response_lengths = np.asarray(response_lengths, np.int64)
+    if prompt_lengths.ndim != 1 or prompt_lengths.shape != response_lengths.shape:
+        raise ValueError(f"prompt_lengths {prompt_lengths.shape} and response_lengths "
+                         f"{response_lengths.shape} must be equal 1-D shapes")
+    offsets = (np.zeros_like(prompt_lengths) if prompt_offsets is None
+               else np.asarray(prompt_offsets, np.int64))
+    if offsets.shape != prompt_lengths.shape:
+        raise ValueError(f"prompt_offsets shape {offsets.shape} != prompt_lengths {prompt_lengths.shape}")
+    if (prompt_lengths < 0).any() or (response_lengths < 0).any() or (offsets < 0).any():
+        raise ValueError("prompt_lengths, response_lengths and prompt_offsets must be >= 0")
+    start = offsets + prompt_lengths
+    end = start + response_lengths
+    if (end > seq_len).any():
+        row = int(np.argmax(end > seq_len))
+        raise ValueError(f"row {row}: prompt + response ends at {end[row]} > seq_len {seq_len}")
+    position = np.arange(seq_len)[None, :]
+    mask = (position >= start[:, None]) & (position < end[:, None])
+    if observation_spans is not None:
+        if len(observation_spans) != len(prompt_lengths):
+            raise ValueError(f"observation_spans has {len(observation_spans)} rows, expected "
+                             f"{len(prompt_lengths)}")
+        for row, spans in enumerate(observation_spans):
+            for span_start, span_end in spans:
+                if not 0 <= span_start <= span_end <= seq_len:
+                    raise ValueError(f"row {row}: observation span ({span_start}, {span_end}) is not "
+                                     f"within [0, {seq_len}]")
+                mask[row, span_start:span_end] = False
+    return mask.astype(np.float32)
+
+
+def make_logprobs_fn(cfg: ModelConfig, mesh: Any = None, *, chunk_size: int = 512,
+                     temperature: float = 1.0, micro_batches: int = 1, rules: Any = None):
+    """A jitted `fn(params, batch) -> logprobs [B, T]` for frozen params (reference / old policy).
+
+    `batch` holds "tokens" [B, T] and optionally "attention_mask" and "positions". With a mesh the
+    params are expected on `sharding.param_shardings(cfg, mesh)` and the batch rows over
+    data x fsdp; the result is sharded like the batch. `micro_batches` runs the rows in that many
+    sequential slices (`lax.map`) to bound activation memory.
+    """
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    from genenv_jax import sharding
+
+    if micro_batches < 1:
+        raise ValueError(f"micro_batches must be >= 1, got {micro_batches}")
+
+    def one_slice(params, rows):
+        logprobs, _ = token_logprobs(cfg, params, rows["tokens"], rows.get("attention_mask"),
+                                     rows.get("positions"), chunk_size=chunk_size, temperature=temperature)
+        return logprobs
+
+    def fn(params, batch):
+        if "tokens" not in batch:
+            raise KeyError(f"logprobs batch needs 'tokens'; it has {sorted(batch)}")
+        keys = [k for k in ("tokens", "attention_mask", "positions") if k in batch]
+        rows = {k: batch[k] for k in keys}
+        size, length = rows["tokens"].shape
+        if size % micro_batches:
+            raise ValueError(f"batch size {size} is not divisible by micro_batches {micro_batches}")
+        if micro_batches == 1:
+            return one_slice(params, rows)
+        sliced = jax.tree.map(lambda x: x.reshape(size // micro_batches, micro_batches, *x.shape[1:])
+                              .swapaxes(0, 1), rows)  # [M, B/M, T]: slice m takes rows m, m+M, ...
+        out = jax.lax.map(lambda r: one_slice(params, r), sliced)  # [M, B/M, T]
+        return out.swapaxes(0, 1).reshape(size, length)
+
+    if mesh is None:
+        return jax.jit(fn)
+    jitted = jax.jit(fn, in_shardings=(sharding.param_shardings(cfg, mesh, rules),
+                                       NamedSharding(mesh, P(sharding.BATCH_AXES))),
+                     out_shardings=sharding.batch_sharding(mesh, 2))
+
+    def call(params, batch):
+        with sharding.mesh_context(mesh, rules):
+            return jitted(params, {k: v for k, v in batch.items()
+                                   if k in ("tokens", "attention_mask", "positions")})
+    return call

@@ -1,0 +1,141 @@
+"""AdamW with global-norm clipping and a learning-rate schedule, built from a small config.
+
+The optimizer state is always float32 (see `init_opt_state`); `opt_state_shardings` gives the
+state the same shardings as the params it mirrors, so an FSDP-sharded model has an FSDP-sharded
+optimizer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+SCHEDULES = ("constant", "cosine", "linear")
+
+# Param-tree leaf names that are not matrices: RMSNorm scales and attention biases.
+_NO_DECAY_NAMES = ("scale", "bias")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+    """AdamW + clipping + schedule. Defaults are the GenEnv agent's (lr 1e-6 constant, clip 1.0).
+
+    schedule: "constant" (after warmup), "cosine" or "linear" decay from `learning_rate` to
+      `learning_rate * end_lr_factor` at `total_steps` (required for the decaying schedules).
+    grad_clip: max global gradient norm; None or 0 disables clipping.
+    decay_norms_and_biases: if False, weight decay skips RMSNorm scales and biases.
+    """
+
+    learning_rate: float = 1e-6
+    schedule: str = "constant"
+    warmup_steps: int = 0
+    total_steps: int | None = None
+    end_lr_factor: float = 0.0
+    weight_decay: float = 0.01
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-8
+    grad_clip: float | None = 1.0
+    decay_norms_and_biases: bool = True
+
+    def __post_init__(self):
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"OptimizerConfig.schedule {self.schedule!r} not in {SCHEDULES}")
+        if self.learning_rate < 0:
+            raise ValueError(f"OptimizerConfig.learning_rate must be >= 0, got {self.learning_rate}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"OptimizerConfig.warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.schedule != "constant":
+            if self.total_steps is None or self.total_steps <= self.warmup_steps:
+                raise ValueError(f"OptimizerConfig: schedule {self.schedule!r} needs total_steps > "
+                                 f"warmup_steps ({self.warmup_steps}), got {self.total_steps}")
+        if self.grad_clip is not None and self.grad_clip < 0:
+            raise ValueError(f"OptimizerConfig.grad_clip must be >= 0 or None, got {self.grad_clip}")
+
+    @classmethod
+    def from_dict(cls, config: Mapping[str, Any]) -> "OptimizerConfig":
+        """From a dict or ml_collections ConfigDict; unknown keys are an error naming them."""
+        config = dict(config)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(config) - known)
+        if unknown:
+            raise KeyError(f"unknown optimizer config keys {unknown}; known: {sorted(known)}")
+        return cls(**config)
+
+
+def make_schedule(config: OptimizerConfig) -> optax.Schedule:
+    """Learning rate as a function of the step: linear warmup, then constant / cosine / linear."""
+    peak, warmup = config.learning_rate, config.warmup_steps
+    if config.schedule == "constant":
+        if warmup == 0:
+            return optax.constant_schedule(peak)
+        return optax.join_schedules(
+            [optax.linear_schedule(0.0, peak, warmup), optax.constant_schedule(peak)], [warmup])
+    end = peak * config.end_lr_factor
+    if config.schedule == "cosine":
+        return optax.warmup_cosine_decay_schedule(0.0, peak, warmup, config.total_steps, end)
+    decay = optax.linear_schedule(peak, end, config.total_steps - warmup)
+    if warmup == 0:
+        return decay
+    return optax.join_schedules([optax.linear_schedule(0.0, peak, warmup), decay], [warmup])
+
+
+def _decay_mask(params: Any) -> Any:
+    """True for leaves that get weight decay: everything except norm scales and biases."""
+    def decays(path, _):
+        name = str(getattr(path[-1], "key", path[-1]))
+        return not any(name == n or name.endswith("_" + n) for n in _NO_DECAY_NAMES)
+    return jax.tree_util.tree_map_with_path(decays, params)
+
+
+def make_optimizer(config: OptimizerConfig | Mapping[str, Any] | None = None) -> optax.GradientTransformation:
+    """clip_by_global_norm -> AdamW(schedule); the current learning rate is kept in the state.
+
+    The AdamW hyperparameters are injected (`optax.inject_hyperparams`), so
+    `current_learning_rate(opt_state)` reads the rate used by the latest update.
+    """
+    if config is None:
+        config = OptimizerConfig()
+    elif not isinstance(config, OptimizerConfig):
+        config = OptimizerConfig.from_dict(config)
+    adamw = optax.inject_hyperparams(optax.adamw, static_args=("mask", "mu_dtype", "nesterov"))(
+        learning_rate=make_schedule(config), b1=config.b1, b2=config.b2, eps=config.eps,
+        weight_decay=config.weight_decay, mu_dtype=jnp.float32,
+        mask=None if config.decay_norms_and_biases else _decay_mask)
+    if config.grad_clip:
+        return optax.chain(optax.clip_by_global_norm(config.grad_clip), adamw)
+    return optax.chain(optax.identity(), adamw)
+
+
+def current_learning_rate(opt_state: Any) -> jax.Array:
+    """The learning rate stored by `make_optimizer`'s injected AdamW."""
+    return opt_state[1].hyperparams["learning_rate"]
+
+
+def to_float32(tree: Any) -> Any:
+    """Casts floating leaves to float32 (integer leaves are left as they are)."""
+    return jax.tree.map(lambda x: x.astype(jnp.float32) if jnp.issubdtype(x.dtype, jnp.floating) else x,
+                        tree)
+
+
+def opt_state_shardings(optimizer: optax.GradientTransformation, param_shardings: Any,
+                        param_shapes: Any, mesh: Mesh) -> Any:
+    """Shardings for `optimizer`'s state: per-param moments as their param, scalars replicated."""
+    state_shapes = jax.eval_shape(lambda p: optimizer.init(to_float32(p)), param_shapes)
+    replicated = NamedSharding(mesh, P())
+    return optax.tree_map_params(optimizer, lambda _, sharding: sharding, state_shapes, param_shardings,
+                                 transform_non_params=lambda _: replicated)
+
+
+def init_opt_state(optimizer: optax.GradientTransformation, params: Any,
+                   shardings: Any | None = None) -> Any:
+    """Optimizer state in float32 whatever the param dtype, placed on `shardings` when given."""
+    init: Callable[[Any], Any] = lambda p: optimizer.init(to_float32(p))
+    if shardings is None:
+        return jax.jit(init)(params)
+    return jax.jit(init, out_shardings=shardings)(params)

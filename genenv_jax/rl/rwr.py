@@ -1,0 +1,196 @@
+"""Reward-weighted regression for the environment simulator: weighted NLL + KL to its start.
+
+Each generated task (a row) is weighted by w = exp(lambda * R_env) and trained on with the
+simulator's negative log-likelihood of the task text it wrote; a KL penalty toward the initial
+simulator keeps generations well-formed and diverse, and an optional KL threshold skips or
+scales the update when the simulator has drifted too far.
+
+Batch layout: tokens [B, T] int, attention_mask [B, T], loss_mask [B, T] (the generated task
+text), rewards [B] (R_env of each task), ref_logprobs [B, T] (initial simulator params through
+`logprobs.make_logprobs_fn`; needed when kl_coef > 0 or a threshold is set), optional positions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh
+
+from genenv_jax.models import ModelConfig
+from genenv_jax.rl.logprobs import token_logprobs
+from genenv_jax.rl.losses import AGGREGATIONS, KL_ESTIMATORS, aggregate, check_choice, kl_penalty, normalizer, token_count
+from genenv_jax.rl.step import TrainStep, build_train_step
+
+WEIGHT_NORMS = ("none", "mean", "softmax")
+THRESHOLD_MODES = ("skip", "scale")
+
+
+@dataclasses.dataclass(frozen=True)
+class RWRConfig:
+    """RWR options.
+
+    reward_lambda: w = exp(reward_lambda * R_env) (GenEnv: 1.0).
+    weight_norm: "none" (raw w), "mean" (w / mean w over the batch's rows, i.e. B * softmax;
+      the average weight is 1 so the learning rate means what it means for plain SFT) or
+      "softmax" (w / sum w: weights sum to 1, the loss is ~B times smaller than with "mean").
+    aggregation: how the weighted per-token NLL is averaged ("token_mean" | "seq_mean_token_mean").
+    kl_coef, kl_estimator, kl_clamp: KL penalty toward the initial simulator.
+    kl_threshold: when the measured KL (same estimator, token mean, before this update) exceeds
+      it, "skip" leaves params and optimizer state unchanged, "scale" multiplies the update by
+      kl_threshold / KL. None: no threshold.
+    """
+
+    reward_lambda: float = 1.0
+    weight_norm: str = "mean"
+    aggregation: str = "token_mean"
+    kl_coef: float = 0.1
+    kl_estimator: str = "k3"
+    kl_clamp: float | None = 10.0
+    kl_threshold: float | None = None
+    kl_threshold_mode: str = "skip"
+    temperature: float = 1.0
+    chunk_size: int = 512
+
+    def __post_init__(self):
+        check_choice("RWRConfig.weight_norm", self.weight_norm, WEIGHT_NORMS)
+        check_choice("RWRConfig.aggregation", self.aggregation, AGGREGATIONS)
+        check_choice("RWRConfig.kl_estimator", self.kl_estimator, KL_ESTIMATORS)
+        check_choice("RWRConfig.kl_threshold_mode", self.kl_threshold_mode, THRESHOLD_MODES)
+        if self.kl_coef < 0:
+            raise ValueError(f"RWRConfig.kl_coef must be >= 0, got {self.kl_coef}")
+        if self.kl_threshold is not None and self.kl_threshold <= 0:
+            raise ValueError(f"RWRConfig.kl_threshold must be > 0 or None, got {self.kl_threshold}")
+        if self.temperature <= 0:
+            raise ValueError(f"RWRConfig.temperature must be > 0, got {self.temperature}")
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.kl_coef > 0 or self.kl_threshold is not None
+
+
+def rwr_weights(rewards: jax.Array, reward_lambda: float = 1.0, weight_norm: str = "mean",
+                valid: jax.Array | None = None) -> jax.Array:
+    """Per-row weights [B] from R_env rewards [B]: exp(lambda * R), normalised over valid rows.
+
+    `valid` [B] bool marks rows that count (e.g. rows with any loss token); invalid rows get 0.
+    Normalisation is done in log space (softmax), so large lambda * R does not overflow.
+    """
+    check_choice("weight_norm", weight_norm, WEIGHT_NORMS)
+    rewards = jnp.asarray(rewards, jnp.float32)
+    if rewards.ndim != 1:
+        raise ValueError(f"rewards must be [batch], got shape {rewards.shape}")
+    valid = jnp.ones(rewards.shape, bool) if valid is None else valid.astype(bool)
+    if weight_norm == "none":
+        return jnp.where(valid, jnp.exp(reward_lambda * rewards), 0.0)
+    # Softmax over valid rows; an all-invalid batch gives all zeros rather than NaN.
+    logits = jnp.where(valid, reward_lambda * rewards, -jnp.inf)
+    peak = jnp.max(logits)
+    unnorm = jnp.where(valid, jnp.exp(logits - jnp.where(jnp.isfinite(peak), peak, 0.0)), 0.0)
+    softmax = unnorm / jnp.maximum(jnp.sum(unnorm), jnp.finfo(jnp.float32).tiny)
+    if weight_norm == "softmax":
+        return softmax
+    return softmax * jnp.sum(valid.astype(jnp.float32))
+
+
+def weight_stats(weights: jax.Array, valid: jax.Array) -> dict[str, jax.Array]:
+    """Mean / min / max of the weights over valid rows and the effective sample size (sum w)^2 / sum w^2.
+
+    All are 0 when no row is valid (never inf / NaN)."""
+    valid = valid.astype(bool)
+    any_valid = jnp.any(valid)
+    count = jnp.maximum(jnp.sum(valid.astype(jnp.float32)), 1.0)
+    total = jnp.sum(jnp.where(valid, weights, 0.0))
+    return {
+        "weight_mean": total / count,
+        "weight_min": jnp.where(any_valid, jnp.min(jnp.where(valid, weights, jnp.inf)), 0.0),
+        "weight_max": jnp.where(any_valid, jnp.max(jnp.where(valid, weights, -jnp.inf)), 0.0),
+        "weight_ess": jnp.square(total) / jnp.maximum(jnp.sum(jnp.square(jnp.where(valid, weights, 0.0))),
+                                                     jnp.finfo(jnp.float32).tiny),
+    }
+
+
+def rwr_loss(logprobs: jax.Array, weights: jax.Array, loss_mask: jax.Array, config: RWRConfig,
+             ref_logprobs: jax.Array | None = None, norm: jax.Array | None = None,
+             num_tokens: jax.Array | None = None) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """aggregate(w_row * -log p) + kl_coef * aggregate(KL to initial), over the loss mask.
+
+    logprobs / ref_logprobs / loss_mask: [B, T]; weights [B] (`rwr_weights`). `norm` and
+    `num_tokens` are whole-batch normalisers (defaults: from `loss_mask`). Metrics: loss,
+    weighted_nll, nll (unweighted, token mean), kl (token mean), tokens.
+    """
+    mask = loss_mask.astype(jnp.float32)
+    mode = config.aggregation
+    norm = normalizer(mask, mode) if norm is None else norm
+    num_tokens = token_count(mask) if num_tokens is None else num_tokens
+    nll = -logprobs  # [B, T]
+    weighted_nll = aggregate(weights[:, None] * nll, mask, mode, norm)
+    loss = weighted_nll
+    metrics = {"weighted_nll": weighted_nll, "tokens": token_count(mask),
+               "nll": jnp.sum(nll * mask) / jnp.maximum(num_tokens, 1.0)}
+    if config.needs_reference:
+        if ref_logprobs is None:
+            raise ValueError("RWR with kl_coef > 0 or kl_threshold needs ref_logprobs")
+        per_token_kl = kl_penalty(logprobs, ref_logprobs, config.kl_estimator, config.kl_clamp)
+        if config.kl_coef > 0:
+            loss = loss + config.kl_coef * aggregate(per_token_kl, mask, mode, norm)
+        # Reported (and thresholded) as a token mean whatever the aggregation mode.
+        metrics["kl"] = jnp.sum(per_token_kl * mask) / jnp.maximum(num_tokens, 1.0)
+    metrics["loss"] = loss
+    return loss, metrics
+
+
+def _threshold_gate(threshold: float, mode: str):
+    """gate(metrics) -> (apply?, scale) for the KL threshold; records whether it fired."""
+    def gate(metrics):
+        fired = metrics["kl"] > threshold
+        if mode == "skip":
+            applied, scale = jnp.logical_not(fired), jnp.float32(1.0)
+        else:
+            applied = jnp.bool_(True)
+            scale = jnp.where(fired, threshold / jnp.maximum(metrics["kl"], threshold), 1.0)
+        metrics["kl_threshold_fired"] = fired.astype(jnp.float32)
+        metrics["update_scale"] = jnp.where(applied, scale, 0.0).astype(jnp.float32)
+        return applied, scale
+    return gate
+
+
+def make_rwr_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, config: RWRConfig | None = None,
+                  mesh: Mesh | None = None, micro_batches: int = 1, rules: Any = None,
+                  donate: bool = True) -> TrainStep:
+    """The jitted RWR `step(params, opt_state, batch) -> (params, opt_state, metrics)`.
+
+    Weights are normalised over the whole batch before it is split into micro-batches. Metrics:
+    loss, weighted_nll, nll, kl, tokens, grad_norm, learning_rate, weight_mean/min/max/ess,
+    kl_threshold_fired (1.0 / 0.0) and update_scale (0 when skipped).
+    """
+    config = RWRConfig() if config is None else config
+    required = ("tokens", "loss_mask", "rewards")
+    if config.needs_reference:
+        required += ("ref_logprobs",)
+
+    def prepare(batch):
+        mask = batch["loss_mask"]
+        valid = jnp.sum(mask, axis=-1) > 0
+        weights = rwr_weights(batch.pop("rewards"), config.reward_lambda, config.weight_norm, valid)
+        batch["weights"] = weights
+        norms = {"norm": normalizer(mask, config.aggregation), "tokens": token_count(mask)}
+        direct = weight_stats(weights, valid)
+        if config.kl_threshold is None:
+            direct.update(kl_threshold_fired=jnp.float32(0.0), update_scale=jnp.float32(1.0))
+        return batch, norms, direct
+
+    def loss_fn(params, micro_batch, norms):
+        logprobs, _ = token_logprobs(cfg, params, micro_batch["tokens"], micro_batch.get("attention_mask"),
+                                     micro_batch.get("positions"), chunk_size=config.chunk_size,
+                                     temperature=config.temperature)
+        return rwr_loss(logprobs, micro_batch["weights"], micro_batch["loss_mask"], config,
+                        ref_logprobs=micro_batch.get("ref_logprobs"), norm=norms["norm"],
+                        num_tokens=norms["tokens"])
+
+    gate = None if config.kl_threshold is None else _threshold_gate(config.kl_threshold, config.kl_threshold_mode)
+    return build_train_step(cfg, optimizer, loss_fn, prepare, required, gate=gate, mesh=mesh,
+                            micro_batches=micro_batches, rules=rules, donate=donate, rule="RWR")

@@ -1,0 +1,203 @@
+"""The update-step machinery GRPO and RWR share: micro-batched gradients, optimizer, shardings.
+
+`build_train_step` turns a per-micro-batch loss into one jitted
+`step(params, opt_state, batch) -> (params, opt_state, metrics)` with explicit in/out shardings
+(params by `sharding.param_shardings`, the batch over data x fsdp), donated params and optimizer
+state, and gradient accumulation over micro-batches with `lax.scan`.
+
+Precision: gradients are accumulated in float32 and the optimizer state is float32. The update is
+added to the params in float32 and cast back to the params' dtype. Keep float32 master params
+(`cfg.replace(param_dtype="float32")`, compute dtype bfloat16) when the learning rate is small:
+a 1e-6 step on a bfloat16 weight of magnitude ~0.02 is below bfloat16 resolution and is lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import math
+from typing import Any, Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from genenv_jax import sharding
+from genenv_jax.models import ModelConfig, param_shapes
+from genenv_jax.rl.optim import init_opt_state, opt_state_shardings, to_float32
+
+Params = Any
+Batch = Mapping[str, jax.Array]
+Metrics = dict[str, jax.Array]
+# loss_fn(params, micro_batch, normalisers) -> (loss, additive metrics): the metrics of the
+# micro-batches are summed, so each must already be divided by a whole-batch normaliser.
+LossFn = Callable[[Params, Batch, Mapping[str, jax.Array]], tuple[jax.Array, Metrics]]
+# prepare(full batch) -> (batch to split, whole-batch normalisers, metrics reported as they are)
+PrepareFn = Callable[[Batch], tuple[Batch, Mapping[str, jax.Array], Metrics]]
+# gate(summed metrics) -> (apply the update?, factor on the update)
+GateFn = Callable[[Metrics], tuple[jax.Array, jax.Array]]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainStep:
+    """A jitted update step and the shardings it expects. Call it like the function it wraps."""
+
+    fn: Callable[..., tuple[Params, Any, Metrics]]
+    optimizer: optax.GradientTransformation
+    mesh: Mesh | None
+    param_shardings: Any
+    opt_shardings: Any
+    rules: Any = None
+
+    def _context(self):
+        if self.mesh is None:
+            return contextlib.nullcontext()
+        return sharding.mesh_context(self.mesh, self.rules)
+
+    def __call__(self, params: Params, opt_state: Any, batch: Batch) -> tuple[Params, Any, Metrics]:
+        with self._context():
+            return self.fn(params, opt_state, batch)
+
+    def lower(self, params: Params, opt_state: Any, batch: Batch):
+        """`jax.jit(...).lower` of the step (for cost analysis / compile timing)."""
+        with self._context():
+            return self.fn.lower(params, opt_state, batch)
+
+    def place_params(self, params: Params) -> Params:
+        """Puts params on this step's param shardings (no-op placement without a mesh)."""
+        return params if self.mesh is None else sharding.shard_params(params, self.param_shardings)
+
+    def place_batch(self, batch: Batch) -> Batch:
+        """Puts a host batch on the mesh, batch axis over data x fsdp."""
+        return jax.device_put(dict(batch)) if self.mesh is None else sharding.shard_batch(dict(batch), self.mesh)
+
+    def init_opt_state(self, params: Params) -> Any:
+        """Float32 optimizer state for `params`, sharded like them."""
+        return init_opt_state(self.optimizer, params, self.opt_shardings)
+
+
+def check_batch(batch: Batch, required: tuple[str, ...], micro_batches: int, batch_devices: int,
+                rule: str) -> int:
+    """Validates keys and leading dimensions; returns the batch size."""
+    missing = [k for k in required if k not in batch]
+    if missing:
+        raise KeyError(f"{rule} batch is missing {missing}; it has {sorted(batch)}")
+    sizes = {k: (v.shape[0] if v.ndim else None) for k, v in batch.items()}
+    if None in sizes.values():
+        raise ValueError(f"{rule} batch fields must have a leading batch axis; scalars: "
+                         f"{[k for k, s in sizes.items() if s is None]}")
+    size = batch["tokens"].shape[0]
+    wrong = {k: s for k, s in sizes.items() if s != size}
+    if wrong:
+        raise ValueError(f"{rule} batch fields disagree on batch size {size} (tokens): {wrong}")
+    if size % (micro_batches * batch_devices):
+        raise ValueError(f"{rule} batch size {size} is not divisible by micro_batches ({micro_batches}) "
+                         f"x data*fsdp devices ({batch_devices})")
+    return size
+
+
+def _split_micro_batches(x: jax.Array, micro_batches: int, mesh: Mesh | None) -> jax.Array:
+    """[B, ...] -> [M, B/M, ...]; micro-batch m takes rows m, m+M, m+2M, ... .
+
+    Interleaving keeps every micro-batch spread evenly over the devices that hold the batch
+    (each device's contiguous block of rows contributes to every micro-batch), so no data moves.
+    """
+    size = x.shape[0]
+    x = x.reshape(size // micro_batches, micro_batches, *x.shape[1:]).swapaxes(0, 1)
+    if mesh is not None:
+        x = jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(None, sharding.BATCH_AXES)))
+    return x
+
+
+def _injected_learning_rate(opt_state: Any) -> jax.Array | None:
+    """The learning rate an `optax.inject_hyperparams` state holds, if the optimizer has one."""
+    found = []
+
+    def visit(node):
+        hyperparams = getattr(node, "hyperparams", None)
+        if isinstance(hyperparams, dict) and "learning_rate" in hyperparams:
+            found.append(hyperparams["learning_rate"])
+            return True
+        return False
+
+    jax.tree.leaves(opt_state, is_leaf=visit)
+    return found[0] if found else None
+
+
+def build_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, loss_fn: LossFn,
+                     prepare: PrepareFn, required_keys: tuple[str, ...], *, gate: GateFn | None = None,
+                     mesh: Mesh | None = None, micro_batches: int = 1, rules: Any = None,
+                     donate: bool = True, rule: str = "train_step") -> TrainStep:
+    """Builds the jitted, sharded, micro-batched step around `loss_fn` (see module docstring).
+
+    With `mesh=None` the step runs on the default device without sharding annotations.
+    `gate`, when given, decides inside the jitted step (no host sync) whether the optimizer
+    update is applied and by which factor it is scaled; a skipped update leaves params and
+    optimizer state unchanged.
+    """
+    if micro_batches < 1:
+        raise ValueError(f"micro_batches must be >= 1, got {micro_batches}")
+    if cfg.param_dtype != "float32":
+        logging.warning("%s: params are %s; updates much smaller than the weights (small learning "
+                        "rates) are rounded away. Prefer float32 master params.", rule, cfg.param_dtype)
+    batch_devices = 1 if mesh is None else math.prod(mesh.shape[a] for a in sharding.BATCH_AXES)
+    if mesh is None:
+        p_shardings = o_shardings = None
+    else:
+        p_shardings = sharding.param_shardings(cfg, mesh, rules)
+        o_shardings = opt_state_shardings(optimizer, p_shardings, param_shapes(cfg), mesh)
+
+    def constrain_like_params(tree):
+        return tree if mesh is None else jax.lax.with_sharding_constraint(tree, p_shardings)
+
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+    def step(params, opt_state, batch):
+        batch = dict(batch)
+        check_batch(batch, required_keys, micro_batches, batch_devices, rule)
+        batch, norms, direct_metrics = prepare(batch)
+        micro = jax.tree.map(lambda x: _split_micro_batches(x, micro_batches, mesh), batch)
+
+        def accumulate(grad_sum, micro_batch):
+            (_, metrics), grads = grad_fn(params, micro_batch, norms)
+            grads = constrain_like_params(to_float32(grads))
+            return jax.tree.map(jnp.add, grad_sum, grads), metrics
+
+        zeros = constrain_like_params(jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params))
+        if micro_batches == 1:  # no loop: a smaller program that compiles faster
+            grads, metrics = accumulate(zeros, jax.tree.map(lambda x: x[0], micro))
+        else:
+            grads, metrics = jax.lax.scan(accumulate, zeros, micro)
+            metrics = {k: jnp.sum(v, axis=0) for k, v in metrics.items()}  # [M] -> whole batch
+
+        def apply_update(scale):
+            updates, new_opt_state = optimizer.update(grads, opt_state, to_float32(params))
+            new_params = jax.tree.map(lambda p, u: (p.astype(jnp.float32) + scale * u).astype(p.dtype),
+                                      params, updates)
+            return constrain_like_params(new_params), new_opt_state
+
+        if gate is None:
+            new_params, new_opt_state = apply_update(jnp.float32(1.0))
+        else:
+            applied, scale = gate(metrics)
+            new_params, new_opt_state = jax.lax.cond(
+                applied, lambda: apply_update(scale), lambda: (params, opt_state))
+        metrics["grad_norm"] = jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads)))
+        learning_rate = _injected_learning_rate(new_opt_state)
+        if learning_rate is not None:
+            metrics["learning_rate"] = jnp.asarray(learning_rate, jnp.float32)
+        metrics.update(direct_metrics)
+        return new_params, new_opt_state, metrics
+
+    donate_argnums = (0, 1) if donate else ()
+    if mesh is None:
+        fn = jax.jit(step, donate_argnums=donate_argnums)
+    else:
+        batch_prefix = NamedSharding(mesh, P(sharding.BATCH_AXES))  # every batch leaf: rows over data x fsdp
+        replicated = NamedSharding(mesh, P())
+        fn = jax.jit(step, in_shardings=(p_shardings, o_shardings, batch_prefix),
+                     out_shardings=(p_shardings, o_shardings, replicated), donate_argnums=donate_argnums)
+    return TrainStep(fn=fn, optimizer=optimizer, mesh=mesh, param_shardings=p_shardings,
+                     opt_shardings=o_shardings, rules=rules)
