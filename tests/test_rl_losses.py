@@ -331,3 +331,25 @@ def test_rwr_weight_stats_ignore_padding_rows():
     np.testing.assert_allclose(stats["weight_ess"], (e + 1) ** 2 / (e * e + 1), rtol=1e-6)
     empty = weight_stats(jnp.zeros(3), jnp.zeros(3, bool))
     assert all(np.isfinite(float(v)) and float(v) == 0 for v in empty.values())
+
+
+def test_needed_mask_skips_prompt_chunks_and_keeps_response_values():
+    """Chunks without loss tokens skip the LM head; the needed positions are unchanged (values and grads)."""
+    from genenv_jax.models import init_params, preset
+    from genenv_jax.rl import token_logprobs
+
+    cfg = preset("micro")
+    params = init_params(cfg, jax.random.key(0))
+    tokens = jax.random.randint(jax.random.key(1), (2, 24), 0, cfg.vocab_size)
+    needed = jnp.zeros((2, 24)).at[:, 17:22].set(1.0)  # a "response" in the 4th and 5th chunks of 4
+    full, _ = token_logprobs(cfg, params, tokens, chunk_size=4)
+    part, _ = token_logprobs(cfg, params, tokens, chunk_size=4, needed=needed)
+    np.testing.assert_allclose(part * needed, full * needed, atol=1e-6)
+    assert float(jnp.abs(part[:, :13]).max()) == 0.0  # chunks 0-2 (targets 1..12) were skipped
+
+    def loss(p, mask):
+        return jnp.sum(token_logprobs(cfg, p, tokens, chunk_size=4, needed=mask)[0] * needed)
+
+    g_full = jax.grad(loss)(params, None)
+    g_part = jax.grad(loss)(params, needed)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), g_full, g_part)

@@ -204,8 +204,10 @@ def _boxed_init(cfg: ModelConfig, rng: jax.Array):
     return module(cfg).init(rng, dummy, dummy, jnp.ones((1, 1), bool))["params"]
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def init_params(cfg: ModelConfig, rng: jax.Array) -> Params:
-    """Random params (normal(0.02) weights, unit norms, zero biases) as a plain pytree."""
+    """Random params (normal(0.02) weights, unit norms, zero biases) as a plain pytree (jitted:
+    wrap in `jax.jit(..., out_shardings=...)` to create them sharded)."""
     return nn.unbox(_boxed_init(cfg, rng))
 
 

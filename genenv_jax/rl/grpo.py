@@ -135,7 +135,8 @@ def grpo_micro_batch_loss(cfg: ModelConfig, config: GRPOConfig, params: Any, bat
     """GRPO loss of one micro-batch under `params`, normalised by whole-batch `norms`."""
     logprobs, entropy = token_logprobs(cfg, params, batch["tokens"], batch.get("attention_mask"),
                                        batch.get("positions"), chunk_size=config.chunk_size,
-                                       temperature=config.temperature, with_entropy=True)
+                                       temperature=config.temperature, with_entropy=True,
+                                       needed=batch["loss_mask"])
     if not config.entropy_coef:
         entropy = jax.lax.stop_gradient(entropy)  # a metric only: no backward pass through it
     return grpo_loss(logprobs, batch["old_logprobs"], batch["advantages"], batch["loss_mask"], config,

@@ -40,13 +40,17 @@ def _chunk_stats(cfg: ModelConfig, params: Params, hidden: jax.Array, targets: j
 
 def token_logprobs(cfg: ModelConfig, params: Params, tokens: jax.Array,
                    attention_mask: jax.Array | None = None, positions: jax.Array | None = None, *,
-                   chunk_size: int = 512, temperature: float = 1.0,
-                   with_entropy: bool = False) -> tuple[jax.Array, jax.Array | None]:
+                   chunk_size: int = 512, temperature: float = 1.0, with_entropy: bool = False,
+                   needed: jax.Array | None = None) -> tuple[jax.Array, jax.Array | None]:
     """Per-token logprobs [B, T] (float32) of `tokens` under `params`, and entropies [B, T] if asked.
 
     `attention_mask` [B, T] marks real tokens (left or right padding both work); `temperature`
     divides the logits, matching a sampler that sampled at that temperature. The entropy at t is
     that of the distribution that produced tokens[:, t]. Differentiable; call inside jit.
+
+    `needed` [B, T] (e.g. the loss mask) marks the positions whose values are used: a sequence
+    chunk with none of them skips the LM head (`lax.cond`) and returns zeros there, so a long
+    prompt in front of a short response costs no vocabulary projection.
     """
     if tokens.ndim != 2:
         raise ValueError(f"tokens must be [batch, time], got shape {tokens.shape}")
@@ -71,16 +75,22 @@ def token_logprobs(cfg: ModelConfig, params: Params, tokens: jax.Array,
     # [num_chunks, B, C, ...]: scan over chunks of the sequence.
     hidden = hidden.reshape(batch, num_chunks, chunk, -1).swapaxes(0, 1)
     targets = targets.reshape(batch, num_chunks, chunk).swapaxes(0, 1)
+    if needed is None:
+        use_chunk = jnp.ones((num_chunks,), bool)
+    else:
+        need = jnp.pad(needed[:, 1:] > 0, ((0, 0), (0, pad)))  # aligned with targets
+        use_chunk = jnp.any(need.reshape(batch, num_chunks, chunk), axis=(0, 2))  # [n]
 
     # Rematerialised: the backward pass recomputes each chunk's logits instead of storing them.
     stats = jax.checkpoint(functools.partial(_chunk_stats, cfg, temperature=temperature,
                                              with_entropy=with_entropy))
 
     def body(carry, chunk_in):
-        h, t = chunk_in
-        return carry, stats(params, h, t)
+        h, t, use = chunk_in
+        skipped = (jnp.zeros(t.shape, jnp.float32), jnp.zeros(t.shape, jnp.float32))
+        return carry, jax.lax.cond(use, lambda: stats(params, h, t), lambda: skipped)
 
-    _, (logprobs, entropy) = jax.lax.scan(body, None, (hidden, targets))  # [n, B, C] each
+    _, (logprobs, entropy) = jax.lax.scan(body, None, (hidden, targets, use_chunk))  # [n, B, C] each
 
     def unchunk(x):  # [n, B, C] -> [B, T], with position 0 set to 0
         x = x.swapaxes(0, 1).reshape(batch, num_chunks * chunk)[:, :steps]
@@ -130,11 +140,16 @@ def build_loss_mask(prompt_lengths: Sequence[int] | np.ndarray, response_lengths
     return mask.astype(np.float32)
 
 
+# Batch fields the logprob function reads (a loss mask, when present, skips prompt-only chunks).
+_LOGPROB_KEYS = ("tokens", "attention_mask", "positions", "loss_mask")
+
+
 def make_logprobs_fn(cfg: ModelConfig, mesh: Any = None, *, chunk_size: int = 512,
                      temperature: float = 1.0, micro_batches: int = 1, rules: Any = None):
     """A jitted `fn(params, batch) -> logprobs [B, T]` for frozen params (reference / old policy).
 
-    `batch` holds "tokens" [B, T] and optionally "attention_mask" and "positions". With a mesh the
+    `batch` holds "tokens" [B, T] and optionally "attention_mask", "positions" and "loss_mask" (only
+    chunks with loss tokens get values; see `token_logprobs`). With a mesh the
     params are expected on `sharding.param_shardings(cfg, mesh)` and the batch rows over
     data x fsdp; the result is sharded like the batch. `micro_batches` runs the rows in that many
     sequential slices (`lax.map`) to bound activation memory.
@@ -148,13 +163,14 @@ def make_logprobs_fn(cfg: ModelConfig, mesh: Any = None, *, chunk_size: int = 51
 
     def one_slice(params, rows):
         logprobs, _ = token_logprobs(cfg, params, rows["tokens"], rows.get("attention_mask"),
-                                     rows.get("positions"), chunk_size=chunk_size, temperature=temperature)
+                                     rows.get("positions"), chunk_size=chunk_size, temperature=temperature,
+                                     needed=rows.get("loss_mask"))
         return logprobs
 
     def fn(params, batch):
         if "tokens" not in batch:
             raise KeyError(f"logprobs batch needs 'tokens'; it has {sorted(batch)}")
-        keys = [k for k in ("tokens", "attention_mask", "positions") if k in batch]
+        keys = [k for k in _LOGPROB_KEYS if k in batch]
         rows = {k: batch[k] for k in keys}
         size, length = rows["tokens"].shape
         if size % micro_batches:
@@ -174,6 +190,5 @@ def make_logprobs_fn(cfg: ModelConfig, mesh: Any = None, *, chunk_size: int = 51
 
     def call(params, batch):
         with sharding.mesh_context(mesh, rules):
-            return jitted(params, {k: v for k, v in batch.items()
-                                   if k in ("tokens", "attention_mask", "positions")})
+            return jitted(params, {k: v for k, v in batch.items() if k in _LOGPROB_KEYS})
     return call

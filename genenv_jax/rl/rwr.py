@@ -186,7 +186,7 @@ def make_rwr_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, con
     def loss_fn(params, micro_batch, norms):
         logprobs, _ = token_logprobs(cfg, params, micro_batch["tokens"], micro_batch.get("attention_mask"),
                                      micro_batch.get("positions"), chunk_size=config.chunk_size,
-                                     temperature=config.temperature)
+                                     temperature=config.temperature, needed=micro_batch["loss_mask"])
         return rwr_loss(logprobs, micro_batch["weights"], micro_batch["loss_mask"], config,
                         ref_logprobs=micro_batch.get("ref_logprobs"), norm=norms["norm"],
                         num_tokens=norms["tokens"])

@@ -1,0 +1,66 @@
+"""Packs (prompt, response) token lists into the fixed-shape batches the update steps take.
+
+Row layout: `[pad … prompt | response … pad]`: the prompt is left-padded to a bucket P and the
+response right-padded to a bucket R, so every batch of a run has one of a few shapes [B, P + R]
+and the jitted steps compile a handful of times. Positions follow from `attention_mask`.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from genenv_jax.sampling.buckets import next_power_of_two, round_up
+
+
+def length_bucket(n: int, minimum: int = 16) -> int:
+    """Padded length for n tokens: the next power of two, at least `minimum`."""
+    return max(int(minimum), next_power_of_two(max(int(n), 1)))
+
+
+def pack_sequences(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int, *,
+                   response_logprobs: Sequence[Sequence[float]] | None = None, num_rows: int | None = None,
+                   prompt_len: int | None = None, response_len: int | None = None) -> dict[str, np.ndarray]:
+    """A batch dict: tokens, attention_mask (int32), loss_mask (float32, on response tokens) [B, P + R],
+    and old_logprobs (float32, aligned with tokens) when `response_logprobs` is given.
+
+    `num_rows` pads the batch with empty rows (all-zero masks, no loss) up to a fixed row count;
+    `prompt_len` / `response_len` fix P / R (default: buckets of the longest prompt / response).
+    """
+    if len(prompts) != len(responses):
+        raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+    if response_logprobs is not None and len(response_logprobs) != len(responses):
+        raise ValueError(f"{len(response_logprobs)} logprob rows for {len(responses)} responses")
+    rows = len(prompts) if num_rows is None else int(num_rows)
+    if rows < len(prompts):
+        raise ValueError(f"num_rows {rows} < {len(prompts)} sequences")
+    p_len = prompt_len or length_bucket(max((len(p) for p in prompts), default=1))
+    r_len = response_len or length_bucket(max((len(r) for r in responses), default=1))
+    tokens = np.full((rows, p_len + r_len), pad_id, np.int32)
+    attention = np.zeros((rows, p_len + r_len), np.int32)
+    loss_mask = np.zeros((rows, p_len + r_len), np.float32)
+    old = np.zeros((rows, p_len + r_len), np.float32)
+    for i, (prompt, response) in enumerate(zip(prompts, responses)):
+        if len(prompt) > p_len or len(response) > r_len:
+            raise ValueError(f"row {i}: prompt {len(prompt)} / response {len(response)} tokens exceed "
+                             f"the padded lengths {p_len} / {r_len}")
+        start = p_len - len(prompt)
+        tokens[i, start:p_len] = prompt
+        tokens[i, p_len:p_len + len(response)] = response
+        attention[i, start:p_len + len(response)] = 1
+        loss_mask[i, p_len:p_len + len(response)] = 1.0
+        if response_logprobs is not None:
+            lp = np.asarray(response_logprobs[i], np.float32)
+            if lp.shape != (len(response),):
+                raise ValueError(f"row {i}: {lp.shape[0]} logprobs for {len(response)} response tokens")
+            old[i, p_len:p_len + len(response)] = lp
+    batch = {"tokens": tokens, "attention_mask": attention, "loss_mask": loss_mask}
+    if response_logprobs is not None:
+        batch["old_logprobs"] = old
+    return batch
+
+
+def padded_row_count(rows: int, multiple: int) -> int:
+    """Rows rounded up so the batch splits over micro-batches and data-parallel devices."""
+    return round_up(max(rows, 1), multiple)

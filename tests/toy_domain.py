@@ -1,0 +1,57 @@
+"""A tiny synthetic domain for fast co-evolution loop tests: "say the number N".
+
+Short prompts keep a tiny random model with the real Qwen vocabulary cheap; a generation that
+contains a number becomes a task, so a random simulator yields some tasks and some rejections.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from genenv_jax.domains.base import ChatPrompt, Domain, Rejection, ScoreResult, StepResult, Task
+
+
+class ToyDomain(Domain):
+    name = "toy"
+    rejection_reasons = ("no_number", "copy_of_seed")
+
+    def __init__(self, num_seeds: int = 4, reject_all: bool = False):
+        self.reject_all = reject_all
+        self._seeds = [self._task(f"seed_{i}", str(i), None) for i in range(num_seeds)]
+
+    @staticmethod
+    def _task(task_id: str, answer: str, parent: str | None, difficulty: str | None = None) -> Task:
+        return Task(domain="toy", task_id=task_id, category="say", prompt={"question": f"Say {answer}."},
+                    verifier={"answer": answer}, parent_id=parent, difficulty=difficulty)
+
+    def seeds(self, split: str) -> list[Task]:
+        return list(self._seeds)
+
+    def simulator_prompt(self, seed: Task, recent_success: Sequence[float] = (), difficulty: str | None = None):
+        return ChatPrompt(messages=[{"role": "user", "content": f"New task like: {seed.prompt['question']}"}])
+
+    def parse_task(self, text: str, seed: Task, difficulty: str | None = None) -> Task | Rejection:
+        match = re.search(r"\d+", text)
+        if self.reject_all or not match:
+            return Rejection(domain="toy", reason="no_number", detail="no digits", seed_id=seed.task_id,
+                             raw_text=text)
+        if match.group(0) == seed.verifier["answer"]:
+            return Rejection(domain="toy", reason="copy_of_seed", detail="same number", seed_id=seed.task_id,
+                             raw_text=text)
+        return self._task(f"{seed.task_id}/{match.group(0)}", match.group(0), seed.task_id, difficulty)
+
+    def agent_prompt(self, task: Task) -> ChatPrompt:
+        return ChatPrompt(messages=[{"role": "user", "content": task.prompt["question"]}])
+
+    def step(self, task: Task, transcript) -> StepResult:
+        return StepResult(done=True)
+
+    def score_details(self, task: Task, response: str) -> ScoreResult:
+        return ScoreResult(reward=float(task.verifier["answer"] in response))
+
+    def reference_response(self, task: Task) -> str:
+        return task.verifier["answer"]
+
+    def reference_generation(self, seed: Task, sibling: Task | None = None) -> str:
+        return f"Say {(sibling or seed).verifier['answer']}7."
