@@ -20,7 +20,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	JAX_PLATFORMS=cpu $(BIN)/python -m genenv_jax.demo
+	rm -rf runs/demo
+	JAX_PLATFORMS=cpu $(BIN)/python -m genenv_jax.main --config=configs/bfcl.py:tiny --workdir=runs/demo
 
 test: $(STAMP)
 	$(TEST_ENV) $(BIN)/python -m pytest -q tests

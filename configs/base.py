@@ -105,7 +105,8 @@ def get_config() -> ConfigDict:
 
     # Optional supervised warm-start on seed data (needed for tiny random models to emit parseable text).
     c.warmstart = ConfigDict({
-        "enabled": False, "steps": 0, "batch_size": 8, "learning_rate": 1e-3, "num_seeds": 0,
+        "enabled": False, "agent_steps": 0, "simulator_steps": 0, "batch_size": 8, "learning_rate": 1e-3,
+        "num_seeds": 0,                 # 0: every training seed
         "simulator_target": "next",   # next | shortest: which sibling task each seed's SFT target shows
     })
 

@@ -169,6 +169,20 @@ class Checkpointer:
             pool_manifests=meta["pool_manifests"], config=meta["config"], extra=meta["extra"],
             reference_params=restored["reference_params"] if wants_refs else None)
 
+    def metadata(self, epoch: int) -> dict[str, Any]:
+        """The JSON side of a checkpoint: epoch, config snapshot, pool manifests, extra."""
+        if epoch not in self._manager.all_steps():
+            raise FileNotFoundError(f"no checkpoint of epoch {epoch} in {self.directory} (have {self.all_epochs()})")
+        return self._manager.restore(epoch, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+
+    def restore_item(self, epoch: int, name: str, target: PyTree) -> PyTree:
+        """One array item (e.g. "agent_params") of a checkpoint, placed like `target`."""
+        if name not in _ARRAY_ITEMS:
+            raise KeyError(f"unknown checkpoint item {name!r}; expected one of {_ARRAY_ITEMS}")
+        self.metadata(epoch)  # existence + a readable checkpoint
+        args = ocp.args.Composite(**{name: ocp.args.StandardRestore(abstract_tree(target))})
+        return self._manager.restore(epoch, args=args)[name]
+
     def restore_latest(self, target: CoevolveState) -> CoevolveState | None:
         """The newest complete checkpoint restored like `restore`, or None if there is none."""
         epoch = self.latest_epoch()

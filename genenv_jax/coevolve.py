@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from genenv_jax import curriculum, sharding, tokenization
 from genenv_jax.checkpointing import Checkpointer, CoevolveState, resume
 from genenv_jax.domains import get_domain
-from genenv_jax.domains.base import Domain, Rejection, Task, difficulty_direction
+from genenv_jax.domains.base import DIFFICULTY_DIRECTIONS, Domain, Rejection, Task, difficulty_direction
 from genenv_jax.metrics import MetricsWriter, plot_curves, read_metrics, summary_table, truncate_metrics
 from genenv_jax.packing import length_bucket, pack_sequences, padded_row_count
 from genenv_jax.policy import Policy, copy_params, initial_params, make_policy, model_config
@@ -89,6 +89,21 @@ def _finite(metrics: dict[str, float], what: str) -> None:
         raise NonFiniteLossError(f"{what}: non-finite loss {loss}; metrics {metrics}")
 
 
+def _epoch_line(epoch: int, m: dict, seconds: float) -> str:
+    """One human-readable line per epoch (the full metrics go to metrics.jsonl / TensorBoard)."""
+    def f(key, fmt="{:.2f}"):
+        return "-" if m.get(key) is None else fmt.format(m[key])
+    parsed = f"{m['tasks']}/{m['generated']}" if m.get("generated") is not None else f"{m['tasks']} (static)"
+    return (f"epoch {epoch}: tasks {parsed}, p_hat {f('p_hat_mean')}, R_env {f('r_env_mean')}, "
+            f"in-band {f('in_band_fraction')}, success {f('success_rate')}, agent loss {f('agent/loss', '{:.4f}')}, "
+            f"simulator loss {f('simulator/loss', '{:.4f}')} ({seconds:.0f} s)")
+
+
+def _summarise(prefix: str, history: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Per-step update metrics averaged over an epoch's steps, keys prefixed, plus the step count."""
+    return {f"{prefix}/{k}": _mean(m[k] for m in history) for k in history[0]} | {f"{prefix}/steps": len(history)}
+
+
 def _mean(values: Iterable[float]) -> float | None:
     values = list(values)
     return float(np.mean(values)) if values else None
@@ -136,6 +151,7 @@ class CoEvolution:
         self.samples_dir = self.workdir / "samples"
         self.samples_dir.mkdir(exist_ok=True)
         self.show_progress = bool(config.log.progress_bars)
+        self.warmstart_metrics: dict[str, float] = {}  # first / last SFT loss per policy
 
     def _training_seeds(self) -> list[Task]:
         """The seed split, optionally cut to `max_seeds` (in file order, or the shortest prompts first)."""
@@ -143,9 +159,11 @@ class CoEvolution:
         seeds = self.domain.seeds(d.seed_split)
         if not seeds:
             raise ValueError(f"domain {d.name!r} has no seeds in split {d.seed_split!r}")
-        if d.seed_order == "shortest":
+        if d.seed_order == "shortest":  # agent prompt + answer + the task itself (what the simulator writes)
             lengths = {s.task_id: len(self._encode_prompt(self.domain.agent_prompt(s)))
-                       + len(tokenization.encode(self.tokenizer, self.domain.reference_response(s))) for s in seeds}
+                       + len(tokenization.encode(self.tokenizer, self.domain.reference_response(s)))
+                       + len(tokenization.encode(self.tokenizer, json.dumps([s.prompt, s.verifier])))
+                       for s in seeds}
             seeds = sorted(seeds, key=lambda s: (lengths[s.task_id], s.task_id))
         elif d.seed_order != "file":
             raise ValueError(f"config.domain.seed_order={d.seed_order!r}: expected 'file' or 'shortest'")
@@ -154,7 +172,6 @@ class CoEvolution:
     # ------------------------------------------------------------------ state
     def _abstract_state(self, with_references: bool) -> CoevolveState:
         from genenv_jax.models import param_shapes
-        from genenv_jax.rl.optim import opt_state_shardings
 
         def abstract_params(p: Policy):
             return _abstract(param_shapes(p.cfg), p.update.param_shardings)
@@ -168,14 +185,18 @@ class CoEvolution:
                              agent_opt_state=abstract_opt(self.agent), env_opt_state=abstract_opt(self.env),
                              rng=jax.random.key(0), reference_params=refs)
 
+    def _initial_weights(self):
+        """(agent, simulator) params as the config defines them, before any training."""
+        c = self.config
+        agent = initial_params(c.agent, self.mesh, c.seed)
+        if c.simulator.share_agent_init:
+            return agent, copy_params(agent)
+        return agent, initial_params(c.simulator, self.mesh, c.seed + 1)
+
     def _fresh_state(self) -> CoevolveState:
         """Initial weights (optionally warm-started) and optimizer states; epoch -1 = nothing run yet."""
         c = self.config
-        agent_params = initial_params(c.agent, self.mesh, c.seed)
-        if c.simulator.share_agent_init:
-            env_params = copy_params(agent_params)
-        else:
-            env_params = initial_params(c.simulator, self.mesh, c.seed + 1)
+        agent_params, env_params = self._initial_weights()
         warm = bool(c.warmstart.enabled)
         if warm:
             agent_params, env_params = self._warmstart(agent_params, env_params)
@@ -191,17 +212,13 @@ class CoEvolution:
         with_refs = bool(self.config.warmstart.enabled)
         state = resume(self.checkpointer, self._abstract_state(with_refs), self.pools)
         if state is None:
-            for name in ("metrics.jsonl",):
-                if (self.workdir / name).exists():
-                    (self.workdir / name).unlink()
+            (self.workdir / "metrics.jsonl").unlink(missing_ok=True)  # rows of a run that never checkpointed
             return self._fresh_state()
         logging.info("resuming after epoch %d from %s", state.epoch, self.checkpointer.directory)
         truncate_metrics(self.workdir / "metrics.jsonl", state.epoch)
         if state.reference_params is None:  # references are the initial weights: rebuild them
-            fresh_agent = initial_params(self.config.agent, self.mesh, self.config.seed)
-            fresh_env = (copy_params(fresh_agent) if self.config.simulator.share_agent_init
-                         else initial_params(self.config.simulator, self.mesh, self.config.seed + 1))
-            state.reference_params = {"agent": fresh_agent, "env": fresh_env}
+            agent, env = self._initial_weights()
+            state.reference_params = {"agent": agent, "env": env}
         return state
 
     def _save(self, state: CoevolveState) -> None:
@@ -234,9 +251,10 @@ class CoEvolution:
             agent.append((self._encode_prompt(self.domain.agent_prompt(seed)),
                           tokenization.encode(self.tokenizer, self.domain.reference_response(seed)) + end))
         target_of = self._simulator_targets(seeds)
-        for seed in seeds:
-            env.append((self._encode_prompt(self.domain.simulator_prompt(seed)),
-                        tokenization.encode(self.tokenizer, target_of[seed.task_id]) + end))
+        for seed in seeds:  # every difficulty direction the loop may ask for, so none is new later
+            target = tokenization.encode(self.tokenizer, target_of[seed.task_id]) + end
+            for direction in DIFFICULTY_DIRECTIONS:
+                env.append((self._encode_prompt(self.domain.simulator_prompt(seed, (), direction)), target))
         return agent, env
 
     def _simulator_targets(self, seeds: Sequence[Task]) -> dict[str, str]:
@@ -279,16 +297,16 @@ class CoEvolution:
             if not math.isfinite(losses[-1]):
                 raise NonFiniteLossError(f"warm-start {policy.name}: loss {losses[-1]} at step {step}")
         logging.info("warm-start %s: %d steps, loss %.3f -> %.3f", policy.name, steps, losses[0], losses[-1])
-        self._warmstart_losses[policy.name] = (losses[0], losses[-1])
+        self.warmstart_metrics.update({f"warmstart/{policy.name}_loss_first": losses[0],
+                                       f"warmstart/{policy.name}_loss_last": losses[-1]})
         return params
 
     def _warmstart(self, agent_params, env_params):
         w = self.config.warmstart
-        self._warmstart_losses: dict[str, tuple[float, float]] = {}
         agent_examples, env_examples = self._warmstart_examples()
-        agent_params = self._sft(self.agent, agent_params, agent_examples, int(w.steps), int(w.batch_size),
+        agent_params = self._sft(self.agent, agent_params, agent_examples, int(w.agent_steps), int(w.batch_size),
                                  _epoch_seed(self.config.seed, 0, 101))
-        env_params = self._sft(self.env, env_params, env_examples, int(w.steps), int(w.batch_size),
+        env_params = self._sft(self.env, env_params, env_examples, int(w.simulator_steps), int(w.batch_size),
                                _epoch_seed(self.config.seed, 0, 102))
         return agent_params, env_params
 
@@ -426,15 +444,11 @@ class CoEvolution:
                                    num_rows=rows, prompt_len=prompt_len, response_len=response_len)
             batch["advantages"] = np.zeros((rows,), np.float32)
             batch["advantages"][:len(adv)] = adv
-            placed = self.agent.update.place_batch(batch)
-            if g.kl_coef > 0:
-                placed["ref_logprobs"] = self.agent.reference_logprobs(state.reference_params["agent"], placed)
-            state.agent_params, state.agent_opt_state, metrics = self.agent.update(
-                state.agent_params, state.agent_opt_state, placed)
-            metrics = {k: float(v) for k, v in metrics.items()}
+            state.agent_params, state.agent_opt_state, metrics = self.agent.train(
+                state.agent_params, state.agent_opt_state, state.reference_params["agent"], batch)
             _finite(metrics, f"epoch {epoch} GRPO")
             history.append(metrics)
-        return {f"agent/{k}": _mean(m[k] for m in history) for k in history[0]} | {"agent/steps": len(history)}
+        return _summarise("agent", history)
 
     def _update_simulator(self, gens: Sequence[Generation], r_env: dict[str, float], in_band: dict[str, bool],
                           state: CoevolveState, epoch: int) -> dict:
@@ -456,16 +470,11 @@ class CoEvolution:
                                    prompt_len=prompt_len, response_len=response_len)
             batch["rewards"] = np.zeros((rows,), np.float32)
             batch["rewards"][:len(part)] = [r_env[g.result.task_id] for g in part]
-            placed = self.env.update.place_batch(batch)
-            if c.rwr.kl_coef > 0 or c.rwr.kl_threshold is not None:
-                placed["ref_logprobs"] = self.env.reference_logprobs(state.reference_params["env"], placed)
-            state.env_params, state.env_opt_state, metrics = self.env.update(
-                state.env_params, state.env_opt_state, placed)
-            metrics = {k: float(v) for k, v in metrics.items()}
+            state.env_params, state.env_opt_state, metrics = self.env.train(
+                state.env_params, state.env_opt_state, state.reference_params["env"], batch)
             _finite(metrics, f"epoch {epoch} RWR")
             history.append(metrics)
-        return {f"simulator/{k}": _mean(m[k] for m in history) for k in history[0]} | {
-            "simulator/steps": len(history), "simulator/tasks": len(chosen)}
+        return _summarise("simulator", history) | {"simulator/tasks": len(chosen)}
 
     # ------------------------------------------------------------------ epoch
     def run_epoch(self, state: CoevolveState, epoch: int) -> dict:
@@ -567,15 +576,16 @@ class CoEvolution:
         state = self._load_or_init()
         start = state.epoch + 1
         if start == 0 and state.extra.get("warm_started"):
-            self.metrics.write(-1, {"warmstart/" + k + "_loss_first": v[0] for k, v in self._warmstart_losses.items()}
-                               | {"warmstart/" + k + "_loss_last": v[1] for k, v in self._warmstart_losses.items()})
+            self.metrics.write(-1, self.warmstart_metrics)
         for epoch in range(start, c.epochs):
+            t0 = time.time()
             metrics = self.run_epoch(state, epoch)
             state.epoch = epoch
+            self.metrics.write(epoch, metrics)  # before the checkpoint: resume drops rows it does not cover
             if (epoch + 1) % c.checkpoint.every_epochs == 0 or epoch == c.epochs - 1:
                 self._save(state)
-            self.metrics.write(epoch, metrics)
-            logging.info("epoch %d: %s", epoch, {k: v for k, v in metrics.items() if not k.startswith("time/")})
+            logging.info("epoch %d: %s", epoch, metrics)
+            tqdm.write(_epoch_line(epoch, metrics, time.time() - t0))
         self.checkpointer.close()
         self.metrics.close()
         rows = [r for r in read_metrics(self.workdir / "metrics.jsonl") if r["epoch"] >= 0]
@@ -610,8 +620,8 @@ def validate_config(config: ConfigDict, num_devices: int | None = None) -> None:
         if s.temperature < 0 or s.max_new_tokens < 1 or s.batch_size < 1 or not 0 < s.top_p <= 1:
             raise ValueError(f"config.{name}: temperature >= 0, max_new_tokens >= 1, batch_size >= 1 and "
                              f"0 < top_p <= 1 required, got {s}")
-    if config.warmstart.enabled and config.warmstart.steps < 1:
-        raise ValueError("config.warmstart.enabled needs config.warmstart.steps >= 1")
+    if config.warmstart.enabled and min(config.warmstart.agent_steps, config.warmstart.simulator_steps) < 1:
+        raise ValueError("config.warmstart.enabled needs warmstart.agent_steps and simulator_steps >= 1")
     if config.seed_selection.strategy not in ("variance", "uniform"):
         raise ValueError(f"config.seed_selection.strategy={config.seed_selection.strategy!r}: "
                          "expected 'variance' or 'uniform'")

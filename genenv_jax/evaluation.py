@@ -320,11 +320,36 @@ def evaluate_params(cfg: ModelConfig, params: Any, domain: Domain, tasks: Sequen
 # ----------------------------------------------------------------------------------------------
 # CLI
 # ----------------------------------------------------------------------------------------------
+def load_run_agent(run_dir: str | os.PathLike, epoch: int | None = None) -> tuple[ModelConfig, Any, int]:
+    """(cfg, params, epoch) of the agent in a GenEnv run's Orbax checkpoint (default: the latest epoch).
+
+    The model config comes from the config snapshot stored in the checkpoint.
+    """
+    from genenv_jax.checkpointing import Checkpointer
+    from genenv_jax.models import param_shapes
+    from genenv_jax.policy import model_config
+
+    ckpt = Checkpointer(Path(run_dir) / "checkpoints", async_save=False)
+    try:
+        epoch = ckpt.latest_epoch() if epoch is None else epoch
+        if epoch is None:
+            raise FileNotFoundError(f"{run_dir}: no checkpoints under {ckpt.directory}")
+        agent = ckpt.metadata(epoch)["config"]["agent"]
+        cfg = model_config(agent)
+        device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        target = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=device), param_shapes(cfg))
+        return cfg, ckpt.restore_item(epoch, "agent_params", target), epoch
+    finally:
+        ckpt.close()
+
+
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m genenv_jax.evaluation", description=__doc__.split("\n")[0])
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model_dir", help="HF Qwen2 checkpoint directory (config.json + safetensors)")
     src.add_argument("--preset", help="random-init model preset for smoke runs (e.g. 'tiny')")
+    src.add_argument("--run_dir", help="a GenEnv run's workdir: evaluate its checkpointed agent")
+    p.add_argument("--epoch", type=int, default=None, help="with --run_dir: which epoch (default: the latest)")
     p.add_argument("--tokenizer_dir", default=None,
                    help="tokenizer directory (default: --model_dir if it has tokenizer files, else the bundled Qwen2.5)")
     p.add_argument("--domain", default="bfcl")
@@ -349,7 +374,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from genenv_jax.models import init_params, load_hf, preset
 
     t0 = time.time()
-    if args.model_dir:
+    if args.run_dir:
+        cfg, params, epoch = load_run_agent(args.run_dir, args.epoch)
+        source = {"run_dir": os.path.abspath(args.run_dir), "epoch": epoch}
+    elif args.model_dir:
         cfg, params = load_hf(args.model_dir, dtype=args.dtype)
         source = {"model_dir": os.path.abspath(args.model_dir)}
     else:

@@ -67,6 +67,16 @@ class Policy:
     reference_logprobs: Callable  # jitted fn(ref_params, batch) -> [B, T]
     temperature: float
     rows_multiple: int            # batch rows must be a multiple of this (micro-batches x data devices)
+    needs_reference: bool         # the loss has a KL term toward the frozen reference params
+
+    def train(self, params: Params, opt_state: Any, reference_params: Params, batch: Mapping[str, np.ndarray]):
+        """One update on a host batch (reference logprobs added when the loss needs them);
+        returns (params, opt_state, metrics as floats). `params` and `opt_state` are donated."""
+        placed = self.update.place_batch(dict(batch))
+        if self.needs_reference:
+            placed["ref_logprobs"] = self.reference_logprobs(reference_params, placed)
+        params, opt_state, metrics = self.update(params, opt_state, placed)
+        return params, opt_state, {k: float(v) for k, v in metrics.items()}
 
     def sample(self, params: Params, prompts: list[list[int]], sampling: Mapping[str, Any], seed: int,
                stop_tokens: tuple[int, ...], progress=None) -> SampleOutput:
@@ -105,9 +115,11 @@ def make_policy(name: str, cfg: ModelConfig, sampler: Sampler, mesh: Mesh, *, ru
     if rule == "grpo":
         loss_cfg = GRPOConfig(**_fields(loss, GRPOConfig))
         update = make_grpo_step(cfg, opt, loss_cfg, mesh=mesh, micro_batches=micro_batches)
+        needs_reference = loss_cfg.kl_coef > 0
     elif rule == "rwr":
         loss_cfg = RWRConfig(**_fields(loss, RWRConfig))
         update = make_rwr_step(cfg, opt, loss_cfg, mesh=mesh, micro_batches=micro_batches)
+        needs_reference = loss_cfg.needs_reference
     else:
         raise ValueError(f"unknown update rule {rule!r}")
     sft_cfg = RWRConfig(reward_lambda=0.0, weight_norm="none", kl_coef=0.0, chunk_size=loss_cfg.chunk_size)
@@ -118,7 +130,8 @@ def make_policy(name: str, cfg: ModelConfig, sampler: Sampler, mesh: Mesh, *, ru
     batch_devices = int(np.prod([mesh.shape[a] for a in sharding.BATCH_AXES]))
     logging.info("%s: %s, %.1fM params, update rule %s", name, cfg, cfg.num_params() / 1e6, rule)
     return Policy(name=name, cfg=cfg, sampler=sampler, update=update, sft=sft, reference_logprobs=reference,
-                  temperature=loss_cfg.temperature, rows_multiple=micro_batches * batch_devices)
+                  temperature=loss_cfg.temperature, rows_multiple=micro_batches * batch_devices,
+                  needs_reference=needs_reference)
 
 
 def copy_params(params: Params) -> Params:

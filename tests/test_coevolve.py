@@ -9,6 +9,7 @@ import pytest
 from configs import base
 from genenv_jax import domains
 from genenv_jax.coevolve import CoEvolution, NonFiniteLossError, validate_config
+from genenv_jax.evaluation import load_run_agent
 
 
 @pytest.fixture(autouse=True)
@@ -65,6 +66,12 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path):
         assert full.pools[name].records() == resumed.pools[name].records(), name
     metrics = [json.loads(line) for line in (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()]
     assert [m["epoch"] for m in metrics] == [0, 1]
+    assert any(r.get("simulator/steps", 0) > 0 for r in rows)  # RWR ran on in-band tasks
+
+    # The evaluator reads the run's checkpointed agent (`--run_dir`).
+    cfg, params, epoch = load_run_agent(tmp_path / "full")
+    assert epoch == 1 and cfg == full.agent.cfg
+    assert _params_equal(params, full.final_state.agent_params)
 
 
 def test_random_mode_never_updates_the_simulator_and_rejections_are_counted(tmp_path):

@@ -6,23 +6,11 @@ import numpy as np
 import pytest
 
 from genenv_jax import rl
-from genenv_jax.models import forward, param_shapes, preset
+from genenv_jax.models import forward, preset
 from genenv_jax.rl.losses import normalizer, token_count
+from random_params import random_params
 
 TOL = dict(atol=1e-6, rtol=1e-6)
-
-
-def random_params(cfg, seed):
-    """Params distributed like `init_params` (normal(0.02) weights and biases, unit norm scales), drawn
-    in numpy from `param_shapes`: compiling the flax init program takes ~10 s on a busy CPU."""
-    rng = np.random.RandomState(seed)
-
-    def leaf(path, shape):
-        if str(path[-1].key) == "scale":
-            return jnp.ones(shape.shape, jnp.float32)
-        return jnp.asarray(rng.normal(0.0, 0.02, shape.shape), jnp.float32)
-
-    return jax.tree_util.tree_map_with_path(leaf, param_shapes(cfg))
 
 
 # ---------------------------------------------------------------- numpy references (float64)

@@ -10,7 +10,8 @@ import optax
 import pytest
 
 from genenv_jax import rl, sharding
-from genenv_jax.models import param_shapes, preset
+from genenv_jax.models import preset
+from random_params import random_params
 
 CFG = preset("micro")
 BATCH, LENGTH, ROLLOUTS = 16, 12, 4
@@ -18,19 +19,6 @@ MESHES = {"fsdp8": (1, 8, 1), "fsdp4_tensor2": (1, 4, 2), "data2_fsdp2_tensor2":
 # Adam's first step is g / (|g| + eps): a larger eps keeps it Lipschitz in g, so float32 summation
 # order (sharded vs single device) moves the params by ~1e-7, not by a sign flip of a ~0 gradient.
 ADAMW = rl.OptimizerConfig(learning_rate=1e-3, eps=1e-4, weight_decay=0.01)
-
-
-def random_params(cfg, seed):
-    """Params distributed like `init_params` (normal(0.02) weights and biases, unit norm scales), drawn
-    in numpy from `param_shapes`: compiling the flax init program takes ~10 s on a busy CPU."""
-    rng = np.random.RandomState(seed)
-
-    def leaf(path, shape):
-        if str(path[-1].key) == "scale":
-            return jnp.ones(shape.shape, jnp.float32)
-        return jnp.asarray(rng.normal(0.0, 0.02, shape.shape), jnp.float32)
-
-    return jax.tree_util.tree_map_with_path(leaf, param_shapes(cfg))
 
 
 @functools.lru_cache(maxsize=None)
