@@ -96,6 +96,7 @@ def plot_curves(rows: Sequence[Mapping[str, Any]], out_png: str | os.PathLike, t
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     panels = [(key, label) for key, label in PLOTTED
               if any(_scalar(r.get(key)) is not None for r in rows)]
@@ -109,6 +110,7 @@ def plot_curves(rows: Sequence[Mapping[str, Any]], out_png: str | os.PathLike, t
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o")
         ax.set_title(label, fontsize=9)
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         if key in ("p_hat_mean", "in_band_fraction", "parse_rate", "r_env_mean"):
             ax.set_ylim(-0.05, 1.05)
