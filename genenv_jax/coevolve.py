@@ -431,8 +431,10 @@ class CoEvolution:
         response_len = length_bucket(c.agent_sampling.max_new_tokens)
         prompt_len = length_bucket(max(len(gr.prompt) for gr in groups))
         history = []
-        steps = [order[i:i + per_step] for _ in range(int(c.grpo_epochs))
-                 for order in [rng.permutation(len(groups))] for i in range(0, len(groups), per_step)]
+        steps = []
+        for _ in range(int(c.grpo_epochs)):  # each pass visits every task once, in a fresh order
+            order = rng.permutation(len(groups))
+            steps += [order[i:i + per_step] for i in range(0, len(groups), per_step)]
         for picked in tqdm(steps, desc=f"epoch {epoch}: GRPO", leave=False, disable=not self.show_progress):
             chosen = [groups[i] for i in picked]
             rewards = np.asarray([r for gr in chosen for r in gr.rewards], np.float32)

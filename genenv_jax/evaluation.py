@@ -382,7 +382,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         source = {"model_dir": os.path.abspath(args.model_dir)}
     else:
         cfg = preset(args.preset)
-        params = jax.jit(init_params, static_argnums=0)(cfg, jax.random.key(args.seed))  # jit: ~2x faster init
+        params = init_params(cfg, jax.random.key(args.seed))
         source = {"preset": args.preset, "seed": args.seed}
     tok_dir = args.tokenizer_dir
     if tok_dir is None and args.model_dir and tokenization.has_tokenizer_files(args.model_dir):

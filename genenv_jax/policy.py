@@ -18,19 +18,10 @@ from genenv_jax import sharding
 from genenv_jax.models import ModelConfig, init_params, load_hf, preset
 from genenv_jax.rl import (GRPOConfig, OptimizerConfig, RWRConfig, TrainStep, make_grpo_step, make_logprobs_fn,
                            make_optimizer, make_rwr_step)
+from genenv_jax.rl.losses import dataclass_kwargs
 from genenv_jax.sampling import SampleOutput, Sampler
 
 Params = Any
-
-
-def _fields(section: Mapping[str, Any], cls) -> dict[str, Any]:
-    """A config section as dataclass kwargs; unknown keys are an error naming them."""
-    values = dict(section)
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise KeyError(f"unknown {cls.__name__} keys {unknown}; known: {sorted(known)}")
-    return values
 
 
 def _overrides(model: Mapping[str, Any]) -> dict[str, Any]:
@@ -113,11 +104,11 @@ def make_policy(name: str, cfg: ModelConfig, sampler: Sampler, mesh: Mesh, *, ru
     """Builds the jitted update / warm-start / reference-logprob functions around `sampler`."""
     opt = make_optimizer(OptimizerConfig.from_dict(optimizer))
     if rule == "grpo":
-        loss_cfg = GRPOConfig(**_fields(loss, GRPOConfig))
+        loss_cfg = GRPOConfig(**dataclass_kwargs(GRPOConfig, loss))
         update = make_grpo_step(cfg, opt, loss_cfg, mesh=mesh, micro_batches=micro_batches)
         needs_reference = loss_cfg.kl_coef > 0
     elif rule == "rwr":
-        loss_cfg = RWRConfig(**_fields(loss, RWRConfig))
+        loss_cfg = RWRConfig(**dataclass_kwargs(RWRConfig, loss))
         update = make_rwr_step(cfg, opt, loss_cfg, mesh=mesh, micro_batches=micro_batches)
         needs_reference = loss_cfg.needs_reference
     else:

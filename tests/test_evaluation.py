@@ -16,7 +16,7 @@ from genenv_jax.models import forward, init_params, preset
 @pytest.fixture(scope="module")
 def micro():
     cfg = preset("micro")
-    return cfg, jax.jit(init_params, static_argnums=0)(cfg, jax.random.key(1))
+    return cfg, init_params(cfg, jax.random.key(1))
 
 
 def _naive_greedy(cfg, params, prompt, n, stops, width=32):

@@ -120,14 +120,19 @@ def test_grpo_step_metrics_and_update(grpo_reference, batch):
                                          jax.tree_util.keystr(path))) == 2
 
 
-def test_grpo_micro_batched_equals_full_batch(grpo_reference, batch):
-    step = rl.make_grpo_step(CFG, rl.make_optimizer(ADAMW), GRPO_CONFIG, micro_batches=4)
-    params, _, history = run_steps(step, pick(batch, GRPO_KEYS))
-    ref_params, _, ref_history = grpo_reference
+def assert_matches_reference(params, history, reference):
+    """Params and every per-step metric equal the single-device full-batch reference run."""
+    ref_params, _, ref_history = reference
     assert_trees_close(params, ref_params, 1e-5)
     for got, want in zip(history, ref_history):
         for key in want:
             np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def test_grpo_micro_batched_equals_full_batch(grpo_reference, batch):
+    step = rl.make_grpo_step(CFG, rl.make_optimizer(ADAMW), GRPO_CONFIG, micro_batches=4)
+    params, _, history = run_steps(step, pick(batch, GRPO_KEYS))
+    assert_matches_reference(params, history, grpo_reference)
 
 
 @pytest.mark.parametrize("mesh_name", list(MESHES))
@@ -135,11 +140,7 @@ def test_grpo_sharded_equals_single_device(grpo_reference, batch, mesh_name):
     mesh = make_mesh(mesh_name)
     step = rl.make_grpo_step(CFG, rl.make_optimizer(ADAMW), GRPO_CONFIG, mesh=mesh, micro_batches=2)
     params, opt_state, history = run_steps(step, pick(batch, GRPO_KEYS))
-    ref_params, _, ref_history = grpo_reference
-    assert_trees_close(params, ref_params, 1e-5)
-    for got, want in zip(history, ref_history):
-        for key in want:
-            np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6, err_msg=key)
+    assert_matches_reference(params, history, grpo_reference)
     # Adam moments are sharded like their params.
     mu = optax.tree_utils.tree_get(opt_state, "mu")
     assert mu["lm_head"].sharding == step.param_shardings["lm_head"]

@@ -15,6 +15,8 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from genenv_jax.rl.losses import dataclass_kwargs
+
 SCHEDULES = ("constant", "cosine", "linear")
 
 # Param-tree leaf names that are not matrices: RMSNorm scales and attention biases.
@@ -60,12 +62,7 @@ class OptimizerConfig:
     @classmethod
     def from_dict(cls, config: Mapping[str, Any]) -> "OptimizerConfig":
         """From a dict or ml_collections ConfigDict; unknown keys are an error naming them."""
-        config = dict(config)
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(config) - known)
-        if unknown:
-            raise KeyError(f"unknown optimizer config keys {unknown}; known: {sorted(known)}")
-        return cls(**config)
+        return cls(**dataclass_kwargs(cls, config, "optimizer config"))
 
 
 def make_schedule(config: OptimizerConfig) -> optax.Schedule:
