@@ -39,7 +39,9 @@ def model_config(model: Mapping[str, Any]) -> ModelConfig:
 def initial_params(model: Mapping[str, Any], mesh: Mesh, init_seed: int) -> Params:
     """Float32 params on the mesh: the HF checkpoint in `model_dir`, or a random init of `preset`."""
     if model["model_dir"]:
-        _, params = load_hf(model["model_dir"], mesh=mesh, dtype="float32", **_overrides(model))
+        # `load_hf`'s `dtype` is the storage dtype; the compute dtype does not change what is loaded.
+        layout = {k: v for k, v in _overrides(model).items() if k not in ("param_dtype", "dtype")}
+        _, params = load_hf(model["model_dir"], mesh=mesh, dtype="float32", **layout)
         return params
     cfg = model_config(model)
     init = jax.jit(init_params, static_argnums=0, out_shardings=sharding.param_shardings(cfg, mesh))

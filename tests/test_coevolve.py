@@ -119,3 +119,26 @@ def test_locked_config_rejects_unknown_keys():
     c = base.lock(toy_config())
     with pytest.raises(AttributeError, match="not_a_key"):
         c.grpo.not_a_key = 1
+
+
+@pytest.mark.slow
+def test_loop_runs_from_hf_model_dirs(tmp_path):
+    """The paper's setup: agent and simulator weights from (different) HF dirs, tokenizer from the agent's."""
+    from genenv_jax import tokenization
+    from genenv_jax.models import init_params, preset, save_hf
+
+    cfg = preset("tiny")
+    dirs = {}
+    for name, seed in (("agent", 0), ("simulator", 1)):
+        dirs[name] = tmp_path / name
+        save_hf(cfg, init_params(cfg, jax.random.key(seed)), dirs[name])
+    tokenization.load_tokenizer().save_pretrained(dirs["agent"])
+    c = toy_config(epochs=1, **{"agent.model_dir": str(dirs["agent"]), "simulator.model_dir": str(dirs["simulator"]),
+                                "simulator.share_agent_init": False})
+    loop = CoEvolution(c, tmp_path / "run")
+    assert tokenization.has_tokenizer_files(dirs["agent"]) and loop.tokenizer.name_or_path == str(dirs["agent"])
+    initial_agent, initial_env = loop._initial_weights()
+    assert _params_equal(initial_agent, init_params(cfg, jax.random.key(0)))
+    assert _params_equal(initial_env, init_params(cfg, jax.random.key(1)))
+    rows = loop.run()
+    assert rows[0]["tasks"] > 0 and np.isfinite(rows[0]["agent/loss"])
