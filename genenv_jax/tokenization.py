@@ -21,10 +21,12 @@ import functools
 import importlib.resources
 import importlib.util
 import json
+import math
 import os
+import re
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 if TYPE_CHECKING:  # transformers is imported when a tokenizer is loaded, not for tool-call parsing
     from transformers import PreTrainedTokenizerBase
@@ -203,11 +205,151 @@ class ToolCall:
         return {"name": self.name, "arguments": self.arguments}
 
 
+# ----------------------------------------------------------------------------------------------
+# Hostile model text: the limits, and JSON reading within them
+# ----------------------------------------------------------------------------------------------
+# Model text is data of any shape. About 1,000 nested brackets (some 500 tokens) overflow Python's
+# recursion in `json.loads` (and in BFCL's checker, which recurses on values too), and a parser that
+# rescans the text at every tag is quadratic. Every reader of model text (`parse_tool_calls`, the
+# BFCL domain's `parse_task` and `score`) checks these limits first, in linear time without
+# recursion, and turns what it cannot read into a reason code; docs/bfcl.md lists what each becomes.
+MAX_JSON_DEPTH = 64          # nested `[` / `{` in one JSON value (shipped BFCL tasks reach 10)
+MAX_JSON_CHARS = 100_000     # characters of one JSON value or tool-call body (largest shipped BFCL task: 24,013)
+MAX_TOOL_CALL_BLOCKS = 64    # tool-call blocks read from one response (BFCL answers hold a handful)
+MAX_JSON_CANDIDATES = 64     # places a generation's JSON is looked for: fenced blocks, then `{` characters
+
+# Reason codes of model text that is not a JSON value within the limits.
+JSON_TEXT_ERRORS = (
+    "too_large",        # longer than MAX_JSON_CHARS characters
+    "too_deep",         # nested deeper than MAX_JSON_DEPTH levels
+    "invalid_json",     # not JSON (or a value that is never closed)
+    "invalid_unicode",  # a string holds a lone UTF-16 surrogate, which UTF-8 (and so any file) cannot hold
+)
+
+_JSON_WHITESPACE = " \t\n\r"
+# One JSON string (skipped whole, so brackets inside it do not count; its closing quote may be
+# missing) or one bracket. The string part is an unrolled loop: it cannot backtrack catastrophically.
+_JSON_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class JSONTextError(ValueError):
+    """Model text that is not a JSON value within the limits; `reason` is one of JSON_TEXT_ERRORS."""
+
+    def __init__(self, reason: str, detail: str):
+        assert reason in JSON_TEXT_ERRORS, reason
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def _scan_json_value(text: str, start: int, stop: int) -> int | None:
+    """End (exclusive) of the array/object opening at `text[start]`, or None if it is still open at `stop`.
+
+    Counts brackets outside strings in one regex pass: linear, no recursion. Raises `too_deep`
+    as soon as the nesting passes MAX_JSON_DEPTH, so a bracket bomb costs MAX_JSON_DEPTH steps.
+    """
+    depth = 0
+    for token in _JSON_STRING_OR_BRACKET.finditer(text, start, stop):
+        char = text[token.start()]
+        if char in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise JSONTextError("too_deep", f"JSON nested deeper than {MAX_JSON_DEPTH} levels "
+                                                f"(character {token.start()})")
+        elif char in "]}":
+            depth -= 1
+            if depth == 0:
+                return token.end()
+    return None
+
+
+def json_value_end(text: str, start: int) -> int:
+    """End (exclusive) of the JSON array/object that opens at `text[start]` (a `[` or `{`).
+
+    Found by bracket counting within MAX_JSON_CHARS characters, so the caller can hand exactly
+    that slice to `load_json_text`. Raises JSONTextError: too_deep, too_large, or invalid_json
+    when the text ends before the value closes.
+    """
+    if text[start:start + 1] not in ("[", "{"):
+        raise ValueError(f"json_value_end: character {start} does not open an array or object")
+    stop = min(len(text), start + MAX_JSON_CHARS)
+    end = _scan_json_value(text, start, stop)
+    if end is not None:
+        return end
+    if stop < len(text):
+        raise JSONTextError("too_large", f"the JSON value at character {start} is longer than "
+                                         f"{MAX_JSON_CHARS} characters")
+    raise JSONTextError("invalid_json", f"the JSON value at character {start} is never closed")
+
+
+def _refuse_constant(name: str) -> Any:
+    """`json.loads` hook for NaN / Infinity: not JSON, and strict writers (allow_nan=False) refuse them."""
+    raise JSONTextError("invalid_json", f"{name} is not a JSON number")
+
+
+def _finite_float(literal: str) -> float:
+    """`json.loads` hook for non-integers: a number that overflows to infinity is refused like Infinity."""
+    value = float(literal)
+    if not math.isfinite(value):
+        raise JSONTextError("invalid_json", f"number {literal[:40]} is out of float range")
+    return value
+
+
+def load_json_text(text: str) -> Any:
+    """`json.loads` for model text, within the limits; anything else raises JSONTextError.
+
+    Nesting depth is checked first, by a linear pre-scan of the first MAX_JSON_CHARS characters
+    (only the first value matters: `json.loads` stops at extra data without reading it), then the
+    size, as `json_value_end` does; then the text is parsed (NaN, Infinity and integers too long
+    to convert are refused) and its strings checked for lone surrogates.
+    """
+    start = len(text) - len(text.lstrip(_JSON_WHITESPACE))
+    if text[start:start + 1] in ("[", "{"):
+        _scan_json_value(text, start, min(len(text), MAX_JSON_CHARS))
+    if len(text) > MAX_JSON_CHARS:
+        raise JSONTextError("too_large", f"{len(text)} characters; the limit is {MAX_JSON_CHARS}")
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except JSONTextError:
+        raise
+    except json.JSONDecodeError as e:
+        raise JSONTextError("invalid_json", f"{e.msg} at line {e.lineno} column {e.colno}") from None
+    except ValueError as e:  # an integer longer than Python converts (sys.get_int_max_str_digits)
+        raise JSONTextError("invalid_json", str(e)[:200]) from None
+    except RecursionError:  # the pre-scan bounds the depth; this guards a caller already deep in the stack
+        raise JSONTextError("too_deep", "JSON nesting exhausted the Python stack") from None
+    if _LONE_SURROGATE.search(json.dumps(value, ensure_ascii=False)):
+        raise JSONTextError("invalid_unicode", "a string holds a lone UTF-16 surrogate (U+D800-U+DFFF)")
+    return value
+
+
+def json_nesting_depth(value: Any) -> int:
+    """Nesting depth of parsed JSON-like data (a scalar is 0, `[]` is 1), computed without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, tuple, dict)):
+            deepest = max(deepest, depth)
+            if depth > MAX_JSON_DEPTH:  # deep enough to refuse; no need to walk the rest
+                return depth
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+# ----------------------------------------------------------------------------------------------
+# Tool calls: malformed blocks
+# ----------------------------------------------------------------------------------------------
 # Reason codes of a malformed `<tool_call>` block.
 TOOL_CALL_ERRORS = (
     "unclosed_tag",          # `<tool_call>` with no `</tool_call>` before the next opening tag or the end
     "unopened_tag",          # `</tool_call>` with no opening tag
+    "too_many_blocks",       # a block past the first MAX_TOOL_CALL_BLOCKS; it and the rest of the text are not read
+    "too_large",             # block body longer than MAX_JSON_CHARS characters
+    "too_deep",              # block body nested deeper than MAX_JSON_DEPTH levels
     "invalid_json",          # block body is not JSON
+    "invalid_unicode",       # a string in the body holds a lone UTF-16 surrogate
     "not_an_object",         # body is JSON but not an object
     "missing_name",          # no "name" key
     "name_not_string",       # "name" is not a non-empty string
@@ -247,10 +389,11 @@ class ParseResult:
 
 
 def _read_call(index: int, block: str, body: str) -> ToolCall | ToolCallError:
+    """The call a closed block's body holds, or the reason it holds none."""
     try:
-        obj = json.loads(body)
-    except json.JSONDecodeError as e:
-        return ToolCallError(index, block, "invalid_json", f"{e.msg} at line {e.lineno} column {e.colno}")
+        obj = load_json_text(body)
+    except JSONTextError as e:
+        return ToolCallError(index, block, e.reason, e.detail)
     if not isinstance(obj, dict):
         return ToolCallError(index, block, "not_an_object", f"body is a JSON {type(obj).__name__}")
     if "name" not in obj:
@@ -261,51 +404,75 @@ def _read_call(index: int, block: str, body: str) -> ToolCall | ToolCallError:
     # "parameters" is accepted as an alias of "arguments" (as the GenEnv reference code does).
     args = obj.get("arguments", obj.get("parameters", {}))
     if not isinstance(args, dict):
-        return ToolCallError(index, block, "arguments_not_object", f"arguments is a {type(args).__name__}: {args!r}")
+        return ToolCallError(index, block, "arguments_not_object",
+                             f"arguments is a {type(args).__name__}: {str(args)[:200]}")
     return ToolCall(name=name.strip(), arguments=args)
 
 
+_TOOL_CALL_TAG = re.compile(f"{re.escape(TOOL_CALL_CLOSE)}|{re.escape(TOOL_CALL_OPEN)}")
+
+
+def _tool_call_blocks(text: str) -> Iterator[tuple[str, int, int]]:
+    """The blocks of text in order, as (kind, start, end), from one regex pass over the tags.
+
+    kind: "closed" (`<tool_call>...</tool_call>`), "unopened" (a lone `</tool_call>`) or
+    "unclosed" (an opening tag whose next tag opens again; with no `</tool_call>` anywhere after
+    it, the block runs to the end of the text).
+    """
+    last_close = text.rfind(TOOL_CALL_CLOSE)
+    tags = _TOOL_CALL_TAG.finditer(text)
+    tag = next(tags, None)
+    while tag is not None:
+        if tag.group() == TOOL_CALL_CLOSE:
+            yield "unopened", tag.start(), tag.end()
+            tag = next(tags, None)
+        elif last_close < tag.end():
+            yield "unclosed", tag.start(), len(text)
+            return
+        else:
+            following = next(tags)  # a closing tag comes later, so there is a next tag
+            if following.group() == TOOL_CALL_CLOSE:
+                yield "closed", tag.start(), following.end()
+                tag = next(tags, None)
+            else:
+                yield "unclosed", tag.start(), following.start()
+                tag = following
+
+
+def _read_block(index: int, kind: str, block: str, start: int) -> ToolCall | ToolCallError:
+    """One block (of `_tool_call_blocks`) as a call or an error; `start` is its character offset."""
+    if kind == "unopened":
+        return ToolCallError(index, block, "unopened_tag",
+                             f"'{TOOL_CALL_CLOSE}' at character {start} has no opening tag")
+    if kind == "unclosed":
+        return ToolCallError(index, block, "unclosed_tag", f"'{TOOL_CALL_OPEN}' at character {start} is never closed")
+    return _read_call(index, block, block[len(TOOL_CALL_OPEN):-len(TOOL_CALL_CLOSE)].strip())
+
+
 def parse_tool_calls(text: str) -> ParseResult:
-    """Reads every `<tool_call>...</tool_call>` block of assistant text, in order.
+    """Reads every `<tool_call>...</tool_call>` block of assistant text, in order, in linear time.
 
     A block whose body is not a JSON object with a string "name" and an object "arguments"
     (alias "parameters"; absent means no arguments) is reported in `errors`, never dropped.
+    After MAX_TOOL_CALL_BLOCKS blocks, the next one is reported as `too_many_blocks` and the
+    rest of the text is not read.
     """
     calls: list[ToolCall] = []
     errors: list[ToolCallError] = []
     outside: list[str] = []
-    pos, index = 0, 0
-    while True:
-        start = text.find(TOOL_CALL_OPEN, pos)
-        stray_close = text.find(TOOL_CALL_CLOSE, pos)
-        if stray_close != -1 and (start == -1 or stray_close < start):
-            # A closing tag before any opening tag.
-            outside.append(text[pos:stray_close])
-            end = stray_close + len(TOOL_CALL_CLOSE)
-            errors.append(ToolCallError(index, text[stray_close:end], "unopened_tag",
-                                        f"'{TOOL_CALL_CLOSE}' at character {stray_close} has no opening tag"))
-            index += 1
-            pos = end
-            continue
-        if start == -1:
-            outside.append(text[pos:])
-            break
+    pos = 0
+    for index, (kind, start, end) in enumerate(_tool_call_blocks(text)):
         outside.append(text[pos:start])
-        body_start = start + len(TOOL_CALL_OPEN)
-        close = text.find(TOOL_CALL_CLOSE, body_start)
-        next_open = text.find(TOOL_CALL_OPEN, body_start)
-        if close == -1 or (next_open != -1 and next_open < close):
-            stop = len(text) if close == -1 else next_open
-            errors.append(ToolCallError(index, text[start:stop], "unclosed_tag",
-                                        f"'{TOOL_CALL_OPEN}' at character {start} is never closed"))
-            index += 1
-            pos = stop
-            continue
-        end = close + len(TOOL_CALL_CLOSE)
-        result = _read_call(index, text[start:end], text[body_start:close].strip())
+        if index == MAX_TOOL_CALL_BLOCKS:
+            errors.append(ToolCallError(index, text[start:end], "too_many_blocks",
+                                        f"more than {MAX_TOOL_CALL_BLOCKS} tool-call blocks; the text from "
+                                        f"character {start} on is not read"))
+            pos = len(text)
+            break
+        result = _read_block(index, kind, text[start:end], start)
         (calls if isinstance(result, ToolCall) else errors).append(result)
-        index += 1
         pos = end
+    outside.append(text[pos:])
     return ParseResult(calls=calls, errors=errors, content="".join(outside).strip())
 
 

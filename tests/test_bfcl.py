@@ -243,19 +243,33 @@ def test_agent_prompt_renders_with_tokenizer(domain, seeds):
 # ------------------------------------------------------------------------ simulator side
 def test_simulator_prompt(domain, seeds):
     seed = seeds["parallel_0"]
-    p = domain.simulator_prompt(seed, recent_success=[0.9, 1.0])
+    p = domain.simulator_prompt(seed, recent_success=[0.9, 1.0], difficulty="harder")
     assert p.tools is None and [m["role"] for m in p.messages] == ["system", "user"]
     user = p.messages[1]["content"]
     assert seed.prompt["question"][0]["content"] in user and '"spotify.play"' in user
     assert '"ground_truth"' in user and "HARDER" in user and "95%" in user
     assert "two or more calls" in user and "```json" in user
-    assert "EASIER" in domain.simulator_prompt(seed, recent_success=[0.0, 0.1]).messages[1]["content"]
-    assert "SAME" in domain.simulator_prompt(seed).messages[1]["content"]
-    assert "HARDER" in domain.simulator_prompt(seed, [0.0], difficulty="harder").messages[1]["content"]
+    assert "SAME" in domain.simulator_prompt(seed).messages[1]["content"]  # the default difficulty
     irr = domain.simulator_prompt(seeds["irrelevance_0"]).messages[1]["content"]
     assert "ground_truth: [] (an empty list)" in irr
     with pytest.raises(ValueError, match="difficulty"):
         domain.simulator_prompt(seed, difficulty="much harder")
+
+
+@pytest.mark.parametrize("difficulty, text", sorted(bfcl_mod._DIFFICULTY_TEXT.items()))
+def test_simulator_prompt_states_the_callers_alpha_and_difficulty(domain, seeds, difficulty, text):
+    """The loop owns the curriculum: the prompt shows the alpha and difficulty it is given, whatever p_hat is."""
+    seed = seeds["simple_python_0"]
+    measured = domain.simulator_prompt(seed, [1.0, 1.0], difficulty=difficulty, alpha=0.3).messages[1]["content"]
+    assert text in measured and "100% of the time" in measured and "the target is 30%." in measured
+    assert sum(t in measured for t in bfcl_mod._DIFFICULTY_TEXT.values()) == 1
+    unmeasured = domain.simulator_prompt(seed, (), difficulty=difficulty, alpha=0.75).messages[1]["content"]
+    assert text in unmeasured and "not been measured yet; the target is 75%." in unmeasured
+
+
+def test_domain_constructor_takes_no_curriculum_options():
+    with pytest.raises(TypeError, match="alpha"):
+        BFCLDomain(categories=("simple_python",), alpha=0.3)
 
 
 def test_parse_task_accepts_a_valid_generation(domain, seeds):
@@ -281,8 +295,9 @@ def test_parse_task_rejects_broken_generations_with_reasons(seeds):
         assert isinstance(out, Rejection), case["case"]
         assert out.reason == case["reason"], (case["case"], out.detail)
         assert out.seed_id == case["seed_id"] and out.raw_text == case["text"] and out.detail
-    # Every reason code has a fixture.
-    assert {c["reason"] for c in cases} == set(bfcl_schema.REJECTION_REASONS)
+    # Every reason code has a fixture, but too_large: its input (over MAX_JSON_CHARS characters) is
+    # built in tests/test_hostile_text.py rather than stored.
+    assert {c["reason"] for c in cases} == set(bfcl_schema.REJECTION_REASONS) - {"too_large"}
 
 
 def test_parse_task_on_every_shipped_entry(domain):

@@ -182,3 +182,70 @@ def test_render_parse_round_trip():
     assert r.ok and r.calls == calls and r.content == "Calling tools."
     assert render_tool_call({"name": "f", "arguments": {"a": 1}}) == \
         '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
+
+
+# ------------------------------------------------------------------------ JSON within the limits
+def test_json_value_end_skips_brackets_and_escaped_quotes_inside_strings():
+    text = 'Task: {"a": "]}\\"[", "b": [1, {"c": "}"}], "d": "\\\\"} trailing ] }'
+    start = text.index("{")
+    end = tk.json_value_end(text, start)
+    assert text[end:] == " trailing ] }"
+    assert tk.load_json_text(text[start:end]) == {"a": ']}"[', "b": [1, {"c": "}"}], "d": "\\"}
+
+
+def test_json_value_end_reports_a_value_that_never_closes():
+    with pytest.raises(tk.JSONTextError, match="never closed") as e:
+        tk.json_value_end('{"a": [1, 2', 0)
+    assert e.value.reason == "invalid_json"
+
+
+def test_json_limits_are_inclusive():
+    depth = tk.MAX_JSON_DEPTH
+    assert tk.json_nesting_depth(tk.load_json_text("[" * depth + "]" * depth)) == depth
+    with pytest.raises(tk.JSONTextError) as e:
+        tk.load_json_text("[" * (depth + 1) + "]" * (depth + 1))
+    assert e.value.reason == "too_deep"
+    longest = '"' + "x" * (tk.MAX_JSON_CHARS - 2) + '"'
+    assert len(tk.load_json_text(longest)) == tk.MAX_JSON_CHARS - 2
+    with pytest.raises(tk.JSONTextError) as e:
+        tk.load_json_text(longest + " ")
+    assert e.value.reason == "too_large"
+
+
+@pytest.mark.parametrize("text, reason", [
+    ('{"x": NaN}', "invalid_json"),        # not JSON; strict writers (allow_nan=False) refuse it
+    ('[-Infinity]', "invalid_json"),
+    ('[1e400]', "invalid_json"),           # overflows to infinity
+    ("9" * 5000, "invalid_json"),          # more digits than Python converts to an int
+    ('["\\ud800"]', "invalid_unicode"),    # a lone surrogate escape
+    ('["\ud800"]', "invalid_unicode"),     # a lone surrogate character
+    ('{"a": 1} {"b": 2}', "invalid_json"),  # extra data after the value
+])
+def test_load_json_text_refuses_values_that_cannot_be_written_back(text, reason):
+    with pytest.raises(tk.JSONTextError) as e:
+        tk.load_json_text(text)
+    assert e.value.reason == reason
+
+
+def test_surrogate_pair_escapes_are_one_character():
+    assert tk.load_json_text('["\\ud83d\\ude00"]') == ["\U0001F600"]
+
+
+def test_json_nesting_depth_is_iterative():
+    deep: list = []
+    for _ in range(5000):  # far past Python's recursion limit
+        deep = [deep]
+    assert tk.json_nesting_depth(deep) > tk.MAX_JSON_DEPTH
+    assert tk.json_nesting_depth(3) == 0 and tk.json_nesting_depth({"a": [1, {}]}) == 3
+
+
+def test_limit_reason_codes_are_tool_call_reasons():
+    assert set(tk.JSON_TEXT_ERRORS) <= set(tk.TOOL_CALL_ERRORS)
+
+
+def test_blocks_past_the_limit_are_reported_once():
+    call = render_tool_call(ToolCall("f", {"i": 1}))
+    r = parse_tool_calls("intro " + call * (tk.MAX_TOOL_CALL_BLOCKS + 5) + " outro")
+    assert len(r.calls) == tk.MAX_TOOL_CALL_BLOCKS
+    assert [(e.index, e.reason) for e in r.errors] == [(tk.MAX_TOOL_CALL_BLOCKS, "too_many_blocks")]
+    assert r.errors[0].block == call and r.content == "intro"

@@ -28,7 +28,8 @@ class ToyDomain(Domain):
     def seeds(self, split: str) -> list[Task]:
         return list(self._seeds)
 
-    def simulator_prompt(self, seed: Task, recent_success: Sequence[float] = (), difficulty: str | None = None):
+    def simulator_prompt(self, seed: Task, recent_success: Sequence[float] = (), difficulty: str = "similar",
+                         alpha: float = 0.5) -> ChatPrompt:
         return ChatPrompt(messages=[{"role": "user", "content": f"New task like: {seed.prompt['question']}"}])
 
     def parse_task(self, text: str, seed: Task, difficulty: str | None = None) -> Task | Rejection:

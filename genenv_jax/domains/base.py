@@ -171,7 +171,12 @@ def difficulty_direction(recent_success: Sequence[float], alpha: float = 0.5, ba
 
 
 class Domain(abc.ABC):
-    """A benchmark as the co-evolution loop and the evaluator see it (DESIGN.md, Contracts)."""
+    """A benchmark as the co-evolution loop and the evaluator see it.
+
+    Every method that reads model text (`parse_task`, `score_details`) must return a Rejection or
+    a zero reward for text it cannot read, never raise: generation is replayed exactly on resume,
+    so an exception would stop the run at the same epoch every time.
+    """
 
     name: ClassVar[str]
     rejection_reasons: ClassVar[tuple[str, ...]]
@@ -181,12 +186,14 @@ class Domain(abc.ABC):
         """Seed tasks of a split ('train', 'validation', 'test' or 'all')."""
 
     @abc.abstractmethod
-    def simulator_prompt(self, seed: Task, recent_success: Sequence[float] = (),
-                         difficulty: str | None = None) -> ChatPrompt:
-        """Prompt asking the simulator for one new variant of `seed`.
+    def simulator_prompt(self, seed: Task, recent_success: Sequence[float] = (), difficulty: str = "similar",
+                         alpha: float = 0.5) -> ChatPrompt:
+        """Prompt asking the simulator for one new variant of `seed`, `difficulty` relative to it.
 
-        `recent_success` is the agent's recent success rates on this seed; `difficulty` overrides
-        the direction derived from it.
+        The caller owns the curriculum: it picks `difficulty` (one of DIFFICULTY_DIRECTIONS, e.g.
+        `difficulty_direction(recent_success, alpha, k_min)`) and passes its target success rate
+        `alpha`; `recent_success` is the agent's recent success rates on this seed, for the prompt
+        to show. The domain only phrases them.
         """
 
     @abc.abstractmethod

@@ -16,19 +16,20 @@ import argparse
 import collections
 import copy
 import hashlib
+import itertools
 import json
 import re
 import sys
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from genenv_jax.domains import bfcl_data, bfcl_schema
 from genenv_jax.domains.base import (
-    DIFFICULTY_DIRECTIONS, ChatPrompt, Domain, Message, Rejection, ScoreResult, StepResult, Task,
-    difficulty_direction)
+    DIFFICULTY_DIRECTIONS, ChatPrompt, Domain, Message, Rejection, ScoreResult, StepResult, Task)
 from genenv_jax.domains.bfcl_checker import check_calls
 from genenv_jax.domains.bfcl_data import CATEGORIES, IRRELEVANCE_CATEGORIES, SPLITS, SplitFractions
 from genenv_jax.domains.bfcl_schema import REJECTION_REASONS, TaskInvalid
-from genenv_jax.tokenization import parse_tool_calls, render_tool_calls
+from genenv_jax.tokenization import (
+    MAX_JSON_CANDIDATES, JSONTextError, json_value_end, load_json_text, parse_tool_calls, render_tool_calls)
 
 DOMAIN_NAME = "bfcl"
 # BFCL appends this to every Python function description in its prompts (bfcl_eval.utils).
@@ -73,40 +74,61 @@ def _as_generation(task: Task) -> str:
     return "```json\n" + _seed_json(task) + "\n```"
 
 
-_FENCE = re.compile(r"```[A-Za-z]*[ \t]*\n?")
+# A ``` fence, its optional language tag and the whitespace after it (the JSON value opens next).
+_FENCE = re.compile(r"```[A-Za-z]*\s*")
+
+
+def _fenced_value_starts(text: str) -> Iterator[int]:
+    """Positions of the `{` or `[` that opens a ``` fenced block, in order (one regex pass)."""
+    for fence in _FENCE.finditer(text):
+        if text[fence.end():fence.end() + 1] in ("{", "["):
+            yield fence.end()
+
+
+def _brace_starts(text: str) -> Iterator[int]:
+    """Positions of every `{` in the text, in order."""
+    start = text.find("{")
+    while start != -1:
+        yield start
+        start = text.find("{", start + 1)
+
+
+def _first_readable_value(text: str, starts: Iterator[int]) -> tuple[bool, Any, JSONTextError | None]:
+    """(found, value, first error) for the first of at most MAX_JSON_CANDIDATES starts that reads as JSON.
+
+    Each try reads only the bracket-matched slice of its value (at most MAX_JSON_CHARS), so a
+    failed try costs its own length and never the rest of the text. A value over a limit ends the
+    search: the later starts lie inside it, and what they hold is a fragment, not the task.
+    """
+    first_error: JSONTextError | None = None
+    for start in itertools.islice(starts, MAX_JSON_CANDIDATES):
+        try:
+            return True, load_json_text(text[start:json_value_end(text, start)]), None
+        except JSONTextError as e:
+            first_error = first_error or e
+            if e.reason in ("too_large", "too_deep"):
+                break
+    return False, None, first_error
 
 
 def extract_json_object(text: str) -> Any:
     """The JSON value that opens a ``` fenced block, or else the first decodable `{...}` in the text.
 
-    Values are read with `raw_decode` from the block's start, so a "```" inside a JSON string
-    (questions quoting code) does not cut the block short.
+    Values are bracket-matched from the block's start, so a "```" inside a JSON string (questions
+    quoting code) does not cut the block short. Linear in the text; limits and reason codes come
+    from `tokenization.load_json_text` (too_large, too_deep, invalid_json, invalid_unicode).
     """
-    decoder = json.JSONDecoder()
-    first_error: json.JSONDecodeError | None = None
-    fences = list(_FENCE.finditer(text))
-    for fence in fences:
-        start = fence.end()
-        while start < len(text) and text[start].isspace():
-            start += 1
-        if start >= len(text) or text[start] not in "{[":
-            continue
-        try:
-            return decoder.raw_decode(text, start)[0]
-        except json.JSONDecodeError as e:
-            first_error = first_error or e
-    if first_error is not None:
-        raise TaskInvalid("invalid_json", f"fenced block does not parse: {first_error.msg} at line "
-                                          f"{first_error.lineno} column {first_error.colno}")
-    starts = [m.start() for m in re.finditer(r"\{", text)]
-    if not starts:
+    found, value, error = _first_readable_value(text, _fenced_value_starts(text))
+    if found:
+        return value
+    if error is not None:
+        raise TaskInvalid(error.reason, f"fenced block does not parse: {error.detail}")
+    found, value, error = _first_readable_value(text, _brace_starts(text))
+    if found:
+        return value
+    if error is None:
         raise TaskInvalid("no_json", "no JSON object in the generation")
-    for start in starts[:64]:
-        try:
-            return decoder.raw_decode(text, start)[0]
-        except json.JSONDecodeError as e:
-            first_error = first_error or e
-    raise TaskInvalid("invalid_json", f"no decodable JSON object: {first_error.msg}")
+    raise TaskInvalid(error.reason, f"no decodable JSON object: {error.detail}")
 
 
 def _task_digest(question: Any, functions: Any, ground_truth: Any) -> str:
@@ -121,7 +143,6 @@ class BFCLDomain(Domain):
       categories: which BFCL categories to use (default: all ten single-turn ones).
       split_fractions / split_salt: the deterministic train/validation/test split.
       validation: "strict" (default) or "lenient" checking of generated tasks (bfcl_schema.py).
-      alpha / band: target success rate and band used to pick the difficulty direction.
     """
 
     name = DOMAIN_NAME
@@ -129,8 +150,7 @@ class BFCLDomain(Domain):
 
     def __init__(self, categories: Sequence[str] = CATEGORIES,
                  split_fractions: SplitFractions = SplitFractions(),
-                 split_salt: str = bfcl_data.DEFAULT_SPLIT_SALT, validation: str = "strict",
-                 alpha: float = 0.5, band: float = 0.1):
+                 split_salt: str = bfcl_data.DEFAULT_SPLIT_SALT, validation: str = "strict"):
         unknown = [c for c in categories if c not in CATEGORIES]
         if unknown:
             raise ValueError(f"unknown BFCL categories {unknown}; expected a subset of {CATEGORIES}")
@@ -140,7 +160,6 @@ class BFCLDomain(Domain):
         self.split_fractions = split_fractions
         self.split_salt = split_salt
         self.validation = validation
-        self.alpha, self.band = alpha, band
         self._seeds: list[Task] | None = None
 
     # ------------------------------------------------------------------ seeds
@@ -258,19 +277,22 @@ class BFCLDomain(Domain):
         """A sibling task of the seed's category written as the simulator is asked to (fenced JSON)."""
         return _as_generation(self._suitable_sibling(seed, sibling))
 
-    def simulator_prompt(self, seed: Task, recent_success: Sequence[float] = (),
-                         difficulty: str | None = None) -> ChatPrompt:
-        """Chat messages (no tools) asking for one variant of `seed` as BFCL JSON."""
-        if difficulty is None:
-            difficulty = difficulty_direction(recent_success, self.alpha, self.band)
+    def simulator_prompt(self, seed: Task, recent_success: Sequence[float] = (), difficulty: str = "similar",
+                         alpha: float = 0.5) -> ChatPrompt:
+        """Chat messages (no tools) asking for one variant of `seed` as BFCL JSON.
+
+        States the agent's recent success on the seed against the target `alpha` and asks for the
+        given difficulty; both come from the caller's curriculum, so they cannot drift apart.
+        """
         if difficulty not in DIFFICULTY_DIRECTIONS:
             raise ValueError(f"difficulty {difficulty!r} not in {DIFFICULTY_DIRECTIONS}")
         if recent_success:
             rate = sum(recent_success) / len(recent_success)
             success_line = (f"The agent currently solves tasks like this one {rate:.0%} of the time "
-                            f"(last {len(recent_success)} measurements); the target is {self.alpha:.0%}.")
+                            f"(last {len(recent_success)} measurements); the target is {alpha:.0%}.")
         else:
-            success_line = "The agent's success rate on this seed has not been measured yet."
+            success_line = (f"The agent's success rate on this seed has not been measured yet; "
+                            f"the target is {alpha:.0%}.")
         irrelevance = seed.category in IRRELEVANCE_CATEGORIES
         answer_rule = (
             'ground_truth: [] (an empty list): the question must be one that none of the functions can '

@@ -19,7 +19,7 @@ import sys
 import types
 from typing import Any, Mapping, Sequence
 
-from genenv_jax.tokenization import ToolCall
+from genenv_jax.tokenization import MAX_JSON_DEPTH, ToolCall, json_nesting_depth
 
 _CHECKER_MODULE = "bfcl_eval.eval_checker.ast_eval.ast_checker"
 _MODEL_CONFIG_MODULE = "bfcl_eval.constants.model_config"
@@ -81,21 +81,37 @@ def to_model_output(calls: Sequence[ToolCall | Mapping[str, Any]]) -> list[dict[
     return out
 
 
+def _too_deep_input(functions: Sequence[Mapping[str, Any]], calls: Sequence[ToolCall | Mapping[str, Any]],
+                    ground_truth: Sequence[Mapping[str, Any]]) -> str | None:
+    """Which input ("functions", "calls" or "ground_truth") nests too deep for the checker, if any."""
+    call_arguments = [c.arguments if isinstance(c, ToolCall) else c.get("arguments") for c in calls]
+    for what, value in (("functions", functions), ("calls", call_arguments), ("ground_truth", ground_truth)):
+        if json_nesting_depth(list(value)) > MAX_JSON_DEPTH:
+            return what
+    return None
+
+
 def check_calls(functions: Sequence[Mapping[str, Any]], calls: Sequence[ToolCall | Mapping[str, Any]],
                 ground_truth: Sequence[Mapping[str, Any]], category: str) -> CheckResult:
     """Runs `ast_checker` (Python semantics) on parsed calls against BFCL possible answers.
 
     `category` picks the checker mode as BFCL does: names containing "parallel" match calls in
-    any order, "multiple" expects one call among several functions, others one call. An
-    exception inside the checker (it assumes well-formed docs) counts as invalid, with its type.
+    any order, "multiple" expects one call among several functions, others one call. The checker
+    recurses on nested values, so inputs nested deeper than MAX_JSON_DEPTH are refused before it
+    runs (`error_type = "too_deep"`); an exception inside it (it assumes well-formed docs) counts
+    as invalid, with its type (`checker_exception:<type>`), and never propagates.
     """
+    too_deep = _too_deep_input(functions, calls, ground_truth)
+    if too_deep is not None:
+        return CheckResult(False, "too_deep", [f"{too_deep} nest deeper than {MAX_JSON_DEPTH} levels; "
+                                               "not passed to the official checker"])
     module = official_checker_module()
     language = importlib.import_module("bfcl_eval.constants.enums").Language.PYTHON
     try:
         result = module.ast_checker(copy.deepcopy(list(functions)), to_model_output(calls),
                                     copy.deepcopy(list(ground_truth)), language, category, MODEL_NAME)
     except Exception as e:  # noqa: BLE001 - the checker's failure on odd input is a failed check
-        return CheckResult(False, f"checker_exception:{type(e).__name__}", [str(e)])
+        return CheckResult(False, f"checker_exception:{type(e).__name__}", [str(e)[:500]])
     if result.get("valid"):
         return CheckResult(True)
     return CheckResult(False, result.get("error_type"), list(result.get("error", [])))
