@@ -1,9 +1,13 @@
-"""Orbax checkpoints of the co-evolution state, one per epoch, and resume with the pools rolled back.
+"""Orbax checkpoints of named array trees plus caller JSON, one per epoch, verified on restore.
 
-A checkpoint of epoch e holds everything needed to run epoch e+1 as an uninterrupted run would:
-agent and simulator params, their optimizer states, (optionally) the reference params, the RNG
-key, the epoch, the pools' manifests, the config snapshot and free-form JSON from the loop. Arrays
-restore straight into the shardings of the abstract state you pass (any mesh), never via one host.
+A checkpoint of epoch e holds whatever the caller passes to `Checkpointer.save`: named array
+items (params, optimizer states, ...) and a JSON `meta` that must include the pools' manifests
+("pool_manifests"). The loop owns its state type; this module only stores and verifies items.
+
+Integrity: `save` records a content digest and the shape / dtype of every leaf (computed on the
+devices, independent of sharding); `restore` recomputes the digests of the restored arrays and
+refuses a checkpoint whose values differ or are not finite. `resume` restores the newest
+checkpoint that passes, sets broken ones aside, and rolls the pools back to the one it uses.
 
 Order of writes in an epoch: pools commit (pools.py), then `save`. So after a crash the pools may
 be one epoch ahead of the newest checkpoint, never behind; `resume` truncates them back.
@@ -11,10 +15,17 @@ be one epoch ahead of the newest checkpoint, never behind; `resume` truncates th
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
+import hashlib
+import json
 import logging
 import os
-from collections.abc import Mapping
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -25,108 +36,310 @@ import orbax.checkpoint as ocp
 from genenv_jax.pools import Pool
 
 PyTree = Any
-CHECKPOINT_SCHEMA_VERSION = 1
-_ARRAY_ITEMS = ("agent_params", "env_params", "agent_opt_state", "env_opt_state")
+CHECKPOINT_SCHEMA_VERSION = 2
+META_ITEM = "meta"  # the JSON item; array items may not use this name
+_MAX_CAUSE_CHARS = 300
 
 
-@dataclasses.dataclass
-class CoevolveState:
-    """The loop's state after epoch `epoch` completed (the next epoch to run is epoch + 1).
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written, read or verified; the message is one line naming it."""
 
-    reference_params: the frozen KL references (e.g. {"agent": ..., "env": ...}), or None when
-      they are exactly the initial params that the loop rebuilds deterministically from the
-      config (the same HF directory or init seed). None avoids storing a third and fourth copy
-      of the weights in every checkpoint; save them only if they cannot be rebuilt.
-    rng: a typed key (jax.random.key) or a raw uint32 key (jax.random.PRNGKey); stored as key data.
-    pool_manifests: {pool name: Pool.manifest} as committed for this epoch.
-    config: a JSON snapshot of the run's config. extra: any other JSON the loop needs on resume
-      (e.g. per-seed reward variances for seed selection).
-    """
+
+class CheckpointMismatchError(CheckpointError):
+    """The caller's targets do not fit a checkpoint (other shapes / dtypes / leaves): a caller error,
+    so `resume` refuses at once instead of falling back to an older checkpoint."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Restored:
+    """One restored checkpoint: its epoch, the array items asked for and held, and the caller's JSON."""
 
     epoch: int
-    agent_params: PyTree
-    env_params: PyTree
-    agent_opt_state: PyTree
-    env_opt_state: PyTree
-    rng: jax.Array
-    pool_manifests: dict[str, Any] = dataclasses.field(default_factory=dict)
-    config: dict[str, Any] = dataclasses.field(default_factory=dict)
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
-    reference_params: PyTree | None = None
+    arrays: dict[str, PyTree]
+    meta: dict[str, Any]
 
 
-def _is_typed_key(x: Any) -> bool:
-    return jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+# ----------------------------------------------------------------------------------------------
+# Error text: one line, the innermost cause.
 
 
-def _host_key_data(rng: jax.Array) -> np.ndarray:
-    """The RNG key's raw uint32 data on this host (the key is replicated, so any shard is all of it)."""
-    data = jax.random.key_data(rng) if _is_typed_key(rng) else rng
-    if isinstance(data, jax.Array) and not data.is_fully_addressable:
-        data = data.addressable_data(0)
-    return np.asarray(data)
+def _innermost(error: BaseException) -> BaseException:
+    """The deepest exception in `error`'s cause chain (Orbax wraps TensorStore's real reason)."""
+    seen = {id(error)}
+    while True:
+        nxt = error.__cause__ or error.__context__
+        if nxt is None or id(nxt) in seen:
+            return error
+        seen.add(id(nxt))
+        error = nxt
+
+
+def one_line_cause(error: BaseException) -> str:
+    """A short single-line description of why `error` happened (type and first line of the cause)."""
+    cause = _innermost(error)
+    text = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+    for noise in (" [tensorstore_spec=", " See full TensorStore details"):
+        text = text.split(noise)[0]
+    text = f"{type(cause).__name__}: {text}" if text else type(cause).__name__
+    return text if len(text) <= _MAX_CAUSE_CHARS else text[:_MAX_CAUSE_CHARS - 3] + "..."
+
+
+class _DropOrbaxTracebacks(logging.Filter):
+    """Drops Orbax's own ERROR records that carry a traceback (hundreds of lines per failure);
+    the same failure reaches the caller as one CheckpointError line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from_orbax = f"{os.sep}orbax{os.sep}" in (record.pathname or "")
+        return not (from_orbax and record.levelno >= logging.ERROR and record.exc_info)
+
+
+_ORBAX_FILTER = _DropOrbaxTracebacks()
+
+
+def _install_orbax_log_filter() -> None:
+    """Orbax logs through absl, i.e. the Python logger 'absl'; filter it once."""
+    for name in ("absl", "orbax"):
+        logger = logging.getLogger(name)
+        if _ORBAX_FILTER not in logger.filters:
+            logger.addFilter(_ORBAX_FILTER)
+
+
+@contextlib.contextmanager
+def _quiet_orbax_leftovers() -> Iterator[None]:
+    """Swallows the 'Exception ignored in: <coroutine ...>' reports that a failed Orbax read leaves
+    behind (one per pending array read); collected here so they fire while the hook is set."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable):
+        code = getattr(unraisable.object, "cr_code", None)
+        if code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename:
+            logging.debug("checkpoint: ignored leftover Orbax coroutine error: %s", unraisable.exc_value)
+            return
+        previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        gc.collect()
+        sys.unraisablehook = previous
+
+
+# ----------------------------------------------------------------------------------------------
+# Leaf digests: layout-independent content checksums computed on the devices.
+
+
+def _fmix32(h: jax.Array) -> jax.Array:
+    """MurmurHash3's 32-bit finaliser: a bijection on uint32 that spreads every input bit."""
+    h = h ^ (h >> 16)
+    h = h * jnp.uint32(0x85EBCA6B)
+    h = h ^ (h >> 13)
+    h = h * jnp.uint32(0xC2B2AE35)
+    return h ^ (h >> 16)
+
+
+def _as_words(x: jax.Array) -> jax.Array:
+    """The raw bits of `x` as a uint32 array (one word per 1-4 byte element, two per 8-byte one)."""
+    if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+        x = jax.random.key_data(x)
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        x = jnp.stack([jnp.real(x), jnp.imag(x)], axis=-1)
+    if x.dtype == jnp.bool_:
+        return x.astype(jnp.uint32)
+    unsigned = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint32}[x.dtype.itemsize]
+    return jax.lax.bitcast_convert_type(x, unsigned).astype(jnp.uint32)
+
+
+def _positions(shape: tuple[int, ...]) -> jax.Array:
+    """Each element's row-major flat index (mod 2^32), built from iotas so it shards like the data."""
+    index = jnp.zeros(shape, jnp.uint32)
+    stride = 1
+    for axis in reversed(range(len(shape))):
+        index = index + jax.lax.broadcasted_iota(jnp.uint32, shape, axis) * jnp.uint32(stride & 0xFFFFFFFF)
+        stride *= shape[axis]
+    return index
+
+
+@jax.jit
+def _leaf_check(x: jax.Array) -> jax.Array:
+    """uint32[3]: (digest lane 0, digest lane 1, number of non-finite values) of one leaf.
+
+    Each lane is sum_i fmix(word_i ^ fmix(i ^ seed)) mod 2^32: integer sums do not depend on the
+    reduction order, so the digest is the same for any sharding, mesh or host count, and a change
+    of any single word always changes it (fmix and xor are bijections).
+    """
+    words = _as_words(x)
+    position = _positions(words.shape)
+    lanes = [jnp.sum(_fmix32(words ^ _fmix32(position ^ jnp.uint32(seed))), dtype=jnp.uint32)
+             for seed in (0x9E3779B9, 0x7F4A7C15)]
+    floating = jnp.issubdtype(x.dtype, jnp.floating) or jnp.issubdtype(x.dtype, jnp.complexfloating)
+    nonfinite = jnp.sum(~jnp.isfinite(x), dtype=jnp.uint32) if floating else jnp.uint32(0)
+    return jnp.stack([lanes[0], lanes[1], nonfinite])
+
+
+def _to_host(x: jax.Array) -> np.ndarray:
+    """A small replicated device array on this host (on multi-host runs, from this host's copy)."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        x = x.addressable_data(0)
+    return np.asarray(x)
+
+
+def _path_name(path: tuple) -> str:
+    """A leaf path as 'a/b/0', the same for dicts, namedtuples and dataclasses holding the same names."""
+    parts = []
+    for key in path:
+        for attr in ("key", "name", "idx"):
+            if hasattr(key, attr):
+                parts.append(str(getattr(key, attr)))
+                break
+        else:
+            parts.append(str(key))
+    return "/".join(parts) or "<root>"
+
+
+@dataclasses.dataclass(frozen=True)
+class LeafRecord:
+    """What `save` records per leaf: shape, dtype, content digest and non-finite count."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    digest: str
+    nonfinite: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"shape": list(self.shape), "dtype": self.dtype, "digest": self.digest}
+
+
+def _leaf_value(leaf: Any) -> jax.Array:
+    return leaf if isinstance(leaf, jax.Array) else jnp.asarray(leaf)
+
+
+def _shape_and_dtype(leaf: Any) -> tuple[tuple[int, ...], str]:
+    """A leaf's (shape, dtype name) as JAX holds it (numpy float64 becomes float32 without x64)."""
+    if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
+        leaf = jnp.asarray(leaf)
+    dtype = leaf.dtype
+    if not jnp.issubdtype(dtype, jax.dtypes.prng_key):
+        dtype = jax.dtypes.canonicalize_dtype(dtype)
+    return tuple(int(d) for d in leaf.shape), str(dtype)
+
+
+def leaf_records(tree: PyTree) -> dict[str, LeafRecord]:
+    """{leaf path: LeafRecord} for every leaf of `tree` (one small jitted reduction per leaf)."""
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    checks = [_leaf_check(_leaf_value(leaf)) for _, leaf in leaves]  # all dispatched before the first fetch
+    records = {}
+    for (path, leaf), check in zip(leaves, checks):
+        lane0, lane1, nonfinite = (int(v) for v in _to_host(check))
+        shape, dtype = _shape_and_dtype(leaf)
+        records[_path_name(path)] = LeafRecord(shape=shape, dtype=dtype, digest=f"{lane0:08x}{lane1:08x}",
+                                               nonfinite=nonfinite)
+    return records
+
+
+def _json_digest(payload: Any) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def _abstract_leaf(leaf: Any) -> Any:
+    if isinstance(leaf, jax.Array):  # keeps typed PRNG key dtypes, which Orbax's helper turns into uint32
+        return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding)
+    return leaf if isinstance(leaf, jax.ShapeDtypeStruct) else ocp.utils.to_shape_dtype_struct(leaf)
 
 
 def abstract_tree(tree: PyTree) -> PyTree:
     """ShapeDtypeStructs (with each array's sharding) for a tree of arrays: a restore target."""
-    return jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
+    return jax.tree.map(_abstract_leaf, tree)
 
 
-def abstract_state(state: CoevolveState) -> CoevolveState:
-    """A restore target shaped and sharded like `state` (JSON fields are ignored on restore)."""
-    return dataclasses.replace(
-        state, **{name: abstract_tree(getattr(state, name)) for name in _ARRAY_ITEMS},
-        reference_params=None if state.reference_params is None else abstract_tree(state.reference_params),
-        rng=jax.ShapeDtypeStruct(state.rng.shape, state.rng.dtype))
+# ----------------------------------------------------------------------------------------------
+# The checkpointer.
 
 
 class Checkpointer:
     """Keeps the last `max_to_keep` epoch checkpoints under `directory` (an Orbax CheckpointManager).
 
-    async_save=True (default) returns from `save` once the arrays are copied off the devices
-    and writes in a background thread, overlapping the next epoch; call `wait_until_finished()`
-    before reading the checkpoint from elsewhere (and `close()` at the end, which waits). A
-    checkpoint becomes visible (latest_epoch) only once fully written, so a crash mid-write
-    leaves the previous one as the latest. async_save=False makes `save` block until written.
-    Every process of a multi-host run must call `save` and `restore*`.
+    async_save=True (default) returns from `save` once the arrays are copied off the devices and
+    writes in a background thread, overlapping the next epoch; a failure of that write surfaces as
+    a one-line CheckpointError at the next `save`, `wait_until_finished` or `close`. A checkpoint
+    becomes visible (latest_epoch) only once fully written, so a crash mid-write leaves the
+    previous one as the latest. Every process of a multi-host run must call `save` and `restore*`.
     """
 
     def __init__(self, directory: str | os.PathLike, *, max_to_keep: int | None = 3, async_save: bool = True):
-        if max_to_keep is not None and max_to_keep < 1:
-            raise ValueError(f"max_to_keep must be >= 1 or None (keep all), got {max_to_keep}")
+        if max_to_keep is not None and (not isinstance(max_to_keep, int) or max_to_keep < 1):
+            raise ValueError(f"keep must be >= 1 (checkpoints to keep), or None to keep all; got {max_to_keep!r}")
+        _install_orbax_log_filter()
         self.directory = os.path.abspath(os.fspath(directory))
         self.async_save = async_save
+        self._pending_epoch: int | None = None
         options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, enable_async_checkpointing=async_save,
                                                create=True, cleanup_tmp_directories=True)
-        self._manager = ocp.CheckpointManager(self.directory, options=options)
+        try:
+            self._manager = ocp.CheckpointManager(self.directory, options=options)
+        except Exception as e:  # noqa: BLE001 - e.g. an unwritable directory
+            raise CheckpointError(f"cannot open checkpoint directory {self.directory}: {one_line_cause(e)}") from None
 
     # -- saving --------------------------------------------------------------------------------
 
-    def save(self, state: CoevolveState, *, force: bool = True) -> None:
-        """Saves `state` as step `state.epoch` (returns before the write ends if async_save)."""
-        if not isinstance(state.epoch, (int, np.integer)) or state.epoch < 0:
-            raise ValueError(f"state.epoch must be an int >= 0, got {state.epoch!r}")
-        rng = state.rng
-        typed = _is_typed_key(rng)
-        key_data = _host_key_data(rng)
-        meta = {"schema_version": CHECKPOINT_SCHEMA_VERSION, "epoch": int(state.epoch),
-                "rng_impl": str(jax.random.key_impl(rng)) if typed else None,
-                "references_saved": state.reference_params is not None,
-                "pool_manifests": state.pool_manifests, "config": state.config, "extra": state.extra}
-        items = {name: ocp.args.StandardSave(getattr(state, name)) for name in _ARRAY_ITEMS}
-        items["rng"] = ocp.args.StandardSave({"key_data": key_data})
-        items["meta"] = ocp.args.JsonSave(meta)
-        if state.reference_params is not None:
-            items["reference_params"] = ocp.args.StandardSave(state.reference_params)
-        self._manager.save(int(state.epoch), args=ocp.args.Composite(**items), force=force)
+    def save(self, epoch: int, arrays: Mapping[str, PyTree | None], meta: Mapping[str, Any]) -> None:
+        """Saves `arrays` (None items skipped) and the JSON `meta` as epoch `epoch`.
+
+        Refuses (CheckpointError, nothing written) a non-finite float in any item, so every
+        checkpoint on disk is one that restores. Returns before the write ends if async_save.
+        """
+        if not isinstance(epoch, (int, np.integer)) or isinstance(epoch, bool) or epoch < 0:
+            raise ValueError(f"checkpoint epoch must be an int >= 0, got {epoch!r}")
+        epoch = int(epoch)
+        items = {name: tree for name, tree in arrays.items() if tree is not None}
+        if META_ITEM in items:
+            raise ValueError(f"{META_ITEM!r} is reserved for the checkpoint's JSON; rename that array item")
+        self.wait_until_finished()  # surfaces a failed previous write before starting another
+        records = {name: leaf_records(tree) for name, tree in items.items()}
+        self._refuse_nonfinite(epoch, records)
+        stored_meta = self._stored_meta(epoch, records, meta)
+        args = {name: ocp.args.StandardSave(tree) for name, tree in items.items()}
+        args[META_ITEM] = ocp.args.JsonSave(stored_meta)
+        try:
+            self._manager.save(epoch, args=ocp.args.Composite(**args), force=True)
+        except Exception as e:  # noqa: BLE001 - Orbax / TensorStore / OS errors alike
+            logging.debug("checkpoint save of epoch %d failed", epoch, exc_info=True)
+            raise CheckpointError(f"checkpoint of epoch {epoch} in {self.directory} was not written: "
+                                  f"{one_line_cause(e)}") from None
+        self._pending_epoch = epoch
         if not self.async_save:
-            self._manager.wait_until_finished()
+            self.wait_until_finished()
+
+    def _refuse_nonfinite(self, epoch: int, records: Mapping[str, Mapping[str, LeafRecord]]) -> None:
+        for name, leaves in records.items():
+            for path, record in leaves.items():
+                if record.nonfinite:
+                    raise CheckpointError(f"refusing to save epoch {epoch} to {self.directory}: item {name} leaf "
+                                          f"{path} holds {record.nonfinite} non-finite values")
+
+    @staticmethod
+    def _stored_meta(epoch: int, records: Mapping[str, Mapping[str, LeafRecord]],
+                     meta: Mapping[str, Any]) -> dict[str, Any]:
+        """The JSON item: the caller's meta plus what verification needs (leaf digests, meta digest)."""
+        try:  # stored exactly as it will read back (tuples become lists, keys strings)
+            meta = json.loads(json.dumps(dict(meta), allow_nan=False))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"checkpoint meta of epoch {epoch} is not JSON (NaN/inf or a non-JSON type): {e}") from e
+        items = {name: {path: r.to_json() for path, r in leaves.items()} for name, leaves in records.items()}
+        payload = {"epoch": epoch, "meta": meta, "items": items}
+        return {"schema_version": CHECKPOINT_SCHEMA_VERSION, **payload, "digest": _json_digest(payload)}
 
     def wait_until_finished(self) -> None:
-        """Blocks until every pending async save is on disk."""
-        self._manager.wait_until_finished()
+        """Blocks until the pending async save is on disk; CheckpointError (one line) if it failed."""
+        epoch, self._pending_epoch = self._pending_epoch, None
+        try:
+            self._manager.wait_until_finished()
+        except Exception as e:  # noqa: BLE001 - raised from Orbax's background thread
+            logging.debug("background checkpoint write failed", exc_info=True)
+            which = "a checkpoint" if epoch is None else f"checkpoint of epoch {epoch}"
+            raise CheckpointError(f"{which} in {self.directory} was not written: {one_line_cause(e)}") from None
 
-    # -- restoring -----------------------------------------------------------------------------
+    # -- reading -------------------------------------------------------------------------------
 
     def latest_epoch(self) -> int | None:
         return self._manager.latest_step()
@@ -134,94 +347,195 @@ class Checkpointer:
     def all_epochs(self) -> list[int]:
         return sorted(self._manager.all_steps())
 
-    def restore(self, epoch: int, target: CoevolveState) -> CoevolveState:
-        """The checkpoint of `epoch`, its arrays placed like `target`'s (ShapeDtypeStructs with shardings
-        or concrete arrays); `target`'s epoch / JSON fields are ignored."""
+    def _require_epoch(self, epoch: int) -> None:
         if epoch not in self._manager.all_steps():
-            raise FileNotFoundError(f"no checkpoint of epoch {epoch} in {self.directory} "
-                                    f"(have {self.all_epochs()})")
-        meta = self._manager.restore(epoch, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
-        if meta.get("schema_version") != CHECKPOINT_SCHEMA_VERSION:
-            raise ValueError(f"checkpoint {epoch} has schema version {meta.get('schema_version')!r}; "
-                             f"this code reads {CHECKPOINT_SCHEMA_VERSION}")
-        wants_refs = target.reference_params is not None
-        if wants_refs and not meta["references_saved"]:
-            raise ValueError(f"checkpoint {epoch} holds no reference params (they were the initial params); "
-                             "rebuild them from the config and pass reference_params=None in the target")
+            raise CheckpointError(f"no checkpoint of epoch {epoch} in {self.directory} (have {self.all_epochs()})")
 
-        rng_target = target.rng
-        typed = _is_typed_key(rng_target)
-        if typed != (meta["rng_impl"] is not None):
-            raise ValueError(f"checkpoint {epoch} stores a {'typed' if meta['rng_impl'] else 'raw uint32'} "
-                             f"RNG key but the target's rng is {'typed' if typed else 'raw'}")
-        key_data_shape = jax.eval_shape(jax.random.key_data, rng_target) if typed else rng_target
-        items = {name: ocp.args.StandardRestore(abstract_tree(getattr(target, name))) for name in _ARRAY_ITEMS}
-        items["rng"] = ocp.args.StandardRestore(
-            {"key_data": np.zeros(key_data_shape.shape, key_data_shape.dtype)})
-        if wants_refs:
-            items["reference_params"] = ocp.args.StandardRestore(abstract_tree(target.reference_params))
-        restored = self._manager.restore(epoch, args=ocp.args.Composite(**items))
-
-        key_data = jnp.asarray(restored["rng"]["key_data"])
-        rng = jax.random.wrap_key_data(key_data, impl=meta["rng_impl"]) if typed else key_data
-        return CoevolveState(
-            epoch=int(meta["epoch"]), **{name: restored[name] for name in _ARRAY_ITEMS}, rng=rng,
-            pool_manifests=meta["pool_manifests"], config=meta["config"], extra=meta["extra"],
-            reference_params=restored["reference_params"] if wants_refs else None)
+    def _stored(self, epoch: int) -> dict[str, Any]:
+        """The JSON item of `epoch`, checked against its own digest."""
+        self._require_epoch(epoch)
+        with self._orbax_errors(epoch):
+            stored = self._manager.restore(epoch, args=ocp.args.Composite(**{META_ITEM: ocp.args.JsonRestore()}))
+        stored = stored[META_ITEM]
+        where = f"checkpoint of epoch {epoch} in {self.directory}"
+        version = stored.get("schema_version") if isinstance(stored, dict) else None
+        if isinstance(version, int) and version != CHECKPOINT_SCHEMA_VERSION:  # another code version wrote it
+            raise CheckpointMismatchError(f"{where} has checkpoint schema {version}; this code reads "
+                                          f"{CHECKPOINT_SCHEMA_VERSION} (resume it with the code that wrote it, "
+                                          f"or use another --workdir)")
+        if version is None:
+            raise CheckpointError(f"{where} is corrupt: its JSON item is not a checkpoint record")
+        payload = {key: stored.get(key) for key in ("epoch", "meta", "items")}
+        if stored.get("epoch") != epoch or _json_digest(payload) != stored.get("digest"):
+            raise CheckpointError(f"{where} is corrupt: its JSON does not match its recorded digest")
+        return stored
 
     def metadata(self, epoch: int) -> dict[str, Any]:
-        """The JSON side of a checkpoint: epoch, config snapshot, pool manifests, extra."""
-        if epoch not in self._manager.all_steps():
-            raise FileNotFoundError(f"no checkpoint of epoch {epoch} in {self.directory} (have {self.all_epochs()})")
-        return self._manager.restore(epoch, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+        """The caller's saved meta plus "saved_items" (the array item names the checkpoint holds)."""
+        stored = self._stored(epoch)
+        return {**stored["meta"], "saved_items": sorted(stored["items"])}
+
+    def restore(self, epoch: int, targets: Mapping[str, PyTree]) -> Restored:
+        """The checkpoint of `epoch`: each item of `targets` that it holds, placed like the target
+        (ShapeDtypeStructs with shardings, or arrays), verified against the saved digests."""
+        stored = self._stored(epoch)
+        wanted = {name: target for name, target in targets.items() if name in stored["items"]}
+        for name, target in wanted.items():
+            self._check_target(epoch, name, target, stored["items"][name])
+        arrays = {}
+        if wanted:
+            args = {name: ocp.args.StandardRestore(abstract_tree(t)) for name, t in wanted.items()}
+            with self._orbax_errors(epoch):
+                arrays = dict(self._manager.restore(epoch, args=ocp.args.Composite(**args)))
+        for name, tree in arrays.items():
+            self._verify(epoch, name, tree, stored["items"][name])
+        return Restored(epoch=epoch, arrays=arrays, meta=stored["meta"])
 
     def restore_item(self, epoch: int, name: str, target: PyTree) -> PyTree:
-        """One array item (e.g. "agent_params") of a checkpoint, placed like `target`."""
-        if name not in _ARRAY_ITEMS:
-            raise KeyError(f"unknown checkpoint item {name!r}; expected one of {_ARRAY_ITEMS}")
-        self.metadata(epoch)  # existence + a readable checkpoint
-        args = ocp.args.Composite(**{name: ocp.args.StandardRestore(abstract_tree(target))})
-        return self._manager.restore(epoch, args=args)[name]
+        """One array item (e.g. "agent_params") of a checkpoint, placed like `target` and verified."""
+        restored = self.restore(epoch, {name: target})
+        if name not in restored.arrays:
+            raise CheckpointError(f"checkpoint of epoch {epoch} in {self.directory} holds no item {name!r} "
+                                  f"(it has {self.metadata(epoch)['saved_items']})")
+        return restored.arrays[name]
 
-    def restore_latest(self, target: CoevolveState) -> CoevolveState | None:
-        """The newest complete checkpoint restored like `restore`, or None if there is none."""
-        epoch = self.latest_epoch()
-        return None if epoch is None else self.restore(epoch, target)
+    @contextlib.contextmanager
+    def _orbax_errors(self, epoch: int) -> Iterator[None]:
+        """Turns anything Orbax raises while reading `epoch` into one CheckpointError line."""
+        error = None
+        with _quiet_orbax_leftovers():
+            try:
+                yield
+            except CheckpointError:
+                raise
+            except Exception as e:  # noqa: BLE001 - TensorStore / JSON / OS errors alike
+                logging.debug("reading checkpoint %d failed", epoch, exc_info=True)
+                error = CheckpointError(f"checkpoint of epoch {epoch} in {self.directory} does not restore: "
+                                        f"{one_line_cause(e)}")
+        if error is not None:
+            raise error
+
+    def _check_target(self, epoch: int, name: str, target: PyTree, saved: Mapping[str, Any]) -> None:
+        """Raises CheckpointMismatchError if `target`'s leaves differ from the saved ones in name,
+        shape or dtype (before reading anything: such a checkpoint is not broken, the caller is)."""
+        leaves = {_path_name(p): leaf for p, leaf in jax.tree_util.tree_flatten_with_path(target)[0]}
+        where = f"checkpoint of epoch {epoch} in {self.directory}, item {name}"
+        if set(leaves) != set(saved):
+            missing, extra = sorted(set(saved) - set(leaves)), sorted(set(leaves) - set(saved))
+            raise CheckpointMismatchError(f"{where}: the target's leaves differ (checkpoint only: {missing[:3]}, "
+                                          f"target only: {extra[:3]})")
+        for path, leaf in leaves.items():
+            shape, dtype = _shape_and_dtype(leaf)
+            want = (tuple(saved[path]["shape"]), saved[path]["dtype"])
+            if (shape, dtype) != want:
+                raise CheckpointMismatchError(f"{where}: leaf {path} is {want[1]}{list(want[0])} in the checkpoint "
+                                              f"but {dtype}{list(shape)} in the target")
+
+    def _verify(self, epoch: int, name: str, tree: PyTree, saved: Mapping[str, Any]) -> None:
+        """Raises CheckpointError if a restored leaf's digest differs from the saved one or a value
+        is not finite (corruption that still decodes, e.g. flipped bytes in an uncompressed chunk)."""
+        where = f"checkpoint of epoch {epoch} in {self.directory} is corrupt: item {name} leaf"
+        for path, record in leaf_records(tree).items():
+            if record.digest != saved[path]["digest"]:
+                raise CheckpointError(f"{where} {path} does not match its saved checksum")
+            if record.nonfinite:
+                raise CheckpointError(f"{where} {path} holds {record.nonfinite} non-finite values")
+
+    # -- housekeeping --------------------------------------------------------------------------
+
+    def set_aside(self, epoch: int) -> Path:
+        """Moves a broken checkpoint out of the directory (to <directory>-broken/) so the run can
+        write that epoch again; returns where it went. Only process 0 moves; all processes reload."""
+        self._require_epoch(epoch)
+        dest = Path(f"{self.directory}-broken") / f"epoch_{epoch}.{time.strftime('%Y%m%d-%H%M%S')}"
+        if jax.process_index() == 0:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(Path(self.directory) / str(epoch), dest)
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices(f"genenv_set_aside_{epoch}")
+        self._manager.reload()
+        return dest
 
     def close(self) -> None:
-        """Waits for pending saves and releases the manager."""
-        self._manager.wait_until_finished()
-        self._manager.close()
+        """Waits for the pending save (CheckpointError if it failed) and releases the manager."""
+        try:
+            self.wait_until_finished()
+        finally:
+            self._manager.close()
 
     def __enter__(self) -> "Checkpointer":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:  # an exception is already on its way: report a failed write without masking it
+            self.close()
+        except CheckpointError as e:
+            logging.error("%s", e)
 
 
-def resume(checkpointer: Checkpointer, target: CoevolveState, pools: Mapping[str, Pool]) -> CoevolveState | None:
-    """Restores the newest checkpoint and rolls `pools` back to it; None means start from scratch.
+# ----------------------------------------------------------------------------------------------
+# Resume.
 
-    Pools hold one shard per epoch and commit before the checkpoint, so a crash between the two
-    leaves a pool ahead of the checkpoint: its later shards are dropped here. With no checkpoint
-    every pool is emptied. Afterwards each pool's manifest must equal the one the checkpoint
-    recorded (a mismatch means the pool directory does not belong to this run: an error).
-    """
-    state = checkpointer.restore_latest(target)
-    last_epoch = -1 if state is None else state.epoch
+
+def _pool_manifests(restored: Restored, pools: Mapping[str, Pool], where: str) -> dict[str, Any]:
+    manifests = restored.meta.get("pool_manifests")
+    if pools and not isinstance(manifests, Mapping):
+        raise CheckpointMismatchError(f"{where} saved no pool_manifests in its meta")
+    missing = sorted(set(pools) - set(manifests or {}))
+    if missing:
+        raise CheckpointMismatchError(f"{where} has no manifest for pool {missing[0]!r} (it has {sorted(manifests)})")
+    return {name: manifests[name] for name in pools}
+
+
+def _roll_back_pools(pools: Mapping[str, Pool], manifests: Mapping[str, Any] | None, epoch: int) -> None:
+    """Commits each pool to the checkpoint's manifest (None: no checkpoint, nothing committed) and
+    deletes only the shards that manifest does not list. Checks every pool before touching any."""
+    targets = {name: None if manifests is None else manifests[name] for name in pools}
     for name, pool in pools.items():
-        dropped = pool.truncate_to(last_epoch)
+        pool.check_roll_back(targets[name])
+    for name, pool in pools.items():
+        problem = pool.problem
+        dropped = pool.roll_back_to(targets[name])
+        if problem is not None and targets[name] is not None:
+            logging.warning("resume: pool %s: restored its manifest from the checkpoint of epoch %d (%s)",
+                            name, epoch, problem)
         if dropped:
-            logging.warning("resume: pool %s had epochs %s past the last checkpoint (epoch %d); dropped them",
-                            name, dropped, last_epoch)
-        if state is None:
+            logging.warning("resume: pool %s: dropped epochs %s past the checkpoint of epoch %d",
+                            name, dropped, epoch)
+
+
+def resume(checkpointer: Checkpointer, targets: Mapping[str, PyTree], pools: Mapping[str, Pool]) -> Restored | None:
+    """Restores the newest checkpoint that restores and verifies, and rolls `pools` back to it.
+
+    None means there is no checkpoint at all: every pool is emptied (nothing was committed with a
+    checkpoint). A broken newer checkpoint is logged (one line), moved aside and skipped. If every
+    checkpoint is broken: CheckpointError naming the directory, with nothing touched. Pass the
+    pools on process 0 only (the one writer); other processes pass {}.
+    """
+    epochs = checkpointer.all_epochs()
+    if not epochs:
+        _roll_back_pools(pools, None, -1)
+        return None
+    broken: list[tuple[int, str]] = []
+    for epoch in reversed(epochs):
+        try:
+            restored = checkpointer.restore(epoch, targets)
+            manifests = _pool_manifests(restored, pools, f"checkpoint of epoch {epoch} in {checkpointer.directory}")
+        except CheckpointMismatchError:
+            raise
+        except CheckpointError as e:
+            broken.append((epoch, str(e)))
             continue
-        if name not in state.pool_manifests:
-            raise ValueError(f"checkpoint of epoch {state.epoch} has no manifest for pool {name!r} "
-                             f"(it has {sorted(state.pool_manifests)})")
-        if pool.manifest != state.pool_manifests[name]:
-            raise ValueError(f"pool {name!r} in {pool.dir} does not match the checkpoint of epoch {state.epoch}: "
-                             f"pool has epochs {pool.epochs}, checkpoint recorded "
-                             f"{[s['epoch'] for s in state.pool_manifests[name]['shards']]}")
-    return state
+        _roll_back_pools(pools, manifests, epoch)
+        for bad_epoch, why in broken:
+            moved = checkpointer.set_aside(bad_epoch)
+            logging.warning("resume: %s; moved it to %s and resuming from the checkpoint of epoch %d",
+                            why, moved, epoch)
+        return restored
+    causes = "; ".join(f"epoch {e}: {why.split(': ', 1)[-1]}" for e, why in broken)
+    raise CheckpointError(f"no checkpoint in {checkpointer.directory} restores ({causes})")

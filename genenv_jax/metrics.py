@@ -1,12 +1,23 @@
-"""Run metrics: TensorBoard events + metrics.jsonl per epoch, a PNG of the curves, a summary table."""
+"""Run metrics: TensorBoard events + metrics.jsonl per epoch, a PNG of the curves, a summary table.
+
+metrics.jsonl holds one validated row per line ({"epoch": int >= -1, name: scalar | str | None}).
+Reading never changes the file; `truncate_metrics` (resume) keeps a file with bad lines aside
+before rewriting its valid rows, so no row is ever dropped silently.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import math
+import numbers
 import os
+import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+METRICS_FILE = "metrics.jsonl"
 
 # The per-epoch curves the final plot shows (the paper's dynamics figure), in panel order.
 PLOTTED = (
@@ -32,12 +43,43 @@ def _scalar(value: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
+class BadMetricsRow(ValueError):
+    """A metrics.jsonl line that is not a row this module writes."""
+
+
+def _row_value(key: str, value: Any) -> Any:
+    """`value` as a JSON scalar (numpy / JAX scalars become Python numbers); ValueError otherwise."""
+    if value is None or isinstance(value, (bool, str, int, float)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if getattr(value, "shape", None) == () and hasattr(value, "item"):  # 0-d numpy / JAX arrays
+        return _row_value(key, value.item())
+    raise BadMetricsRow(f"metric {key!r} is a {type(value).__name__}, not a number, string, bool or None")
+
+
+def validate_row(row: Any) -> dict:
+    """`row` if it is a metrics row: a JSON object with an int "epoch" >= -1 (-1: warm-start) and
+    scalar / None / string values; BadMetricsRow saying what is wrong otherwise."""
+    if not isinstance(row, dict):
+        raise BadMetricsRow(f"not a JSON object but a {type(row).__name__}")
+    epoch = row.get("epoch")
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < -1:
+        raise BadMetricsRow(f"'epoch' must be an int >= -1, got {epoch!r}")
+    for key, value in row.items():
+        if not (value is None or isinstance(value, (bool, str, int, float))):
+            raise BadMetricsRow(f"value of {key!r} is a {type(value).__name__}, not a scalar")
+    return row
+
+
 class MetricsWriter:
     """Appends one JSON line per epoch to `metrics.jsonl` and mirrors scalars to TensorBoard."""
 
     def __init__(self, workdir: str | os.PathLike, enabled: bool = True):
         self.workdir = Path(workdir)
-        self.path = self.workdir / "metrics.jsonl"
+        self.path = self.workdir / METRICS_FILE
         self.enabled = enabled
         self._tb = None
         if enabled:
@@ -46,15 +88,19 @@ class MetricsWriter:
             self._tb = SummaryWriter(str(self.workdir / "tensorboard"))
 
     def write(self, epoch: int, metrics: Mapping[str, Any]) -> None:
-        row = {"epoch": epoch, **metrics}
+        """Appends (and fsyncs) the row of `epoch`; BadMetricsRow, before writing, for a value that
+        is not a scalar, so the file only ever holds rows `read_metrics` accepts."""
+        if "epoch" in metrics:
+            raise BadMetricsRow("metrics may not contain the key 'epoch' (the row's own epoch)")
+        row = validate_row({"epoch": epoch, **{k: _row_value(k, v) for k, v in metrics.items()}})
         if self.enabled:
             with open(self.path, "a") as f:
-                f.write(json.dumps(row, default=str) + "\n")
+                f.write(json.dumps(row) + "\n")
                 f.flush()
                 os.fsync(f.fileno())
-            for key, value in metrics.items():
+            for key, value in row.items():
                 x = _scalar(value)
-                if x is not None and not isinstance(value, bool):
+                if key != "epoch" and x is not None and not isinstance(value, bool):
                     self._tb.add_scalar(key, x, epoch)
             self._tb.flush()
 
@@ -63,31 +109,89 @@ class MetricsWriter:
             self._tb.close()
 
 
-def read_metrics(path: str | os.PathLike, upto_epoch: int | None = None) -> list[dict]:
-    """Rows of a metrics.jsonl; a resumed run's rows for re-run epochs replace the earlier ones."""
+@dataclasses.dataclass(frozen=True)
+class MetricsFile:
+    """A parsed metrics.jsonl: the valid rows (a re-run epoch's later row wins) and the bad lines."""
+
+    rows: dict[int, dict]
+    bad_lines: list[tuple[int, str]]  # (line number, why)
+
+    def upto(self, epoch: int | None) -> list[dict]:
+        return [self.rows[e] for e in sorted(self.rows) if epoch is None or e <= epoch]
+
+    def describe_bad_lines(self) -> str:
+        shown = "; ".join(f"line {n}: {why}" for n, why in self.bad_lines[:3])
+        more = f"; and {len(self.bad_lines) - 3} more" if len(self.bad_lines) > 3 else ""
+        return f"{len(self.bad_lines)} bad line(s) ({shown}{more})"
+
+
+def parse_metrics(path: str | os.PathLike) -> MetricsFile:
+    """Reads a metrics.jsonl without changing it (a missing file has no rows)."""
     rows: dict[int, dict] = {}
+    bad: list[tuple[int, str]] = []
     if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut by a crash
-                rows[int(row["epoch"])] = row
-    return [rows[e] for e in sorted(rows) if upto_epoch is None or e <= upto_epoch]
+        return MetricsFile(rows, bad)
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = validate_row(json.loads(line))
+            except json.JSONDecodeError as e:
+                bad.append((number, f"not JSON ({e.msg}; a line cut by a crash?)"))
+                continue
+            except BadMetricsRow as e:
+                bad.append((number, str(e)))
+                continue
+            rows[row["epoch"]] = row
+    return MetricsFile(rows, bad)
+
+
+def read_metrics(path: str | os.PathLike, upto_epoch: int | None = None) -> list[dict]:
+    """Valid rows of a metrics.jsonl in epoch order (a resumed run's rows for re-run epochs replace
+    the earlier ones). Bad lines are skipped with one logged line; the file is not changed."""
+    parsed = parse_metrics(path)
+    if parsed.bad_lines:
+        logging.warning("%s: skipped %s", path, parsed.describe_bad_lines())
+    return parsed.upto(upto_epoch)
+
+
+def _write_rows_atomic(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    tmp = path.with_name(f".tmp.{path.name}.{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def truncate_metrics(path: str | os.PathLike, upto_epoch: int) -> None:
-    """Drops rows of epochs after `upto_epoch` (used on resume, so re-run epochs are not doubled)."""
-    rows = read_metrics(path, upto_epoch)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        for row in rows:
-            f.write(json.dumps(row, default=str) + "\n")
-    os.replace(tmp, path)
+    """Keeps the rows of epochs <= `upto_epoch` (used on resume, so re-run epochs are not doubled).
+
+    A file with bad lines is first kept aside whole as metrics.jsonl.bad-<time> (one logged line
+    says where); the valid rows are then rewritten atomically, so no row is lost silently.
+    """
+    path = Path(path)
+    parsed = parse_metrics(path)
+    if parsed.bad_lines:
+        aside = path.with_name(f"{path.name}.bad-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+        os.replace(path, aside)
+        logging.warning("%s had %s; kept the original aside as %s and rewrote its %d valid rows",
+                        path, parsed.describe_bad_lines(), aside, len(parsed.rows))
+    if parsed.bad_lines or path.exists():
+        _write_rows_atomic(path, parsed.upto(upto_epoch))
 
 
 def plot_curves(rows: Sequence[Mapping[str, Any]], out_png: str | os.PathLike, title: str = "") -> Path | None:

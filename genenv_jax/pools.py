@@ -2,9 +2,11 @@
 
 One shard per epoch per pool, committed atomically: the shard is written under a temporary name,
 fsynced and renamed, then `manifest.json` (the list of committed shards) is replaced the same way.
-Only shards listed in the manifest exist for readers; anything else in the pool directory (a
-crash's leftovers) is deleted when the pool is opened for writing. So a crash at any point loses
-at most the epoch being written. `truncate_to(epoch)` drops later epochs on resume.
+Only shards listed in the manifest exist for readers. Opening a pool deletes nothing: leftovers
+of a crash (and epochs past the checkpoint) are deleted only by `roll_back_to(manifest)`, which
+`checkpointing.resume` calls with the checkpoint's manifest, so a shard a checkpoint lists is
+never deleted and a lost or corrupt manifest.json is restored from the checkpoint. A crash at any
+point loses at most the epoch being written.
 
 Layout: <root>/<name>/manifest.json, <root>/<name>/epoch_00003.array_record, ...
 Each ArrayRecord entry is the UTF-8 JSON of {"v": SCHEMA_VERSION, "epoch": e, "record": {...}};
@@ -78,6 +80,10 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     _fsync_dir(path.parent)
 
 
+def _manifest_json(pool: str, shards: Sequence["Shard"]) -> dict:
+    return {"schema_version": SCHEMA_VERSION, "pool": pool, "shards": [dataclasses.asdict(s) for s in shards]}
+
+
 def _record_to_dict(record: Any) -> dict:
     if dataclasses.is_dataclass(record) and not isinstance(record, type):
         return dataclasses.asdict(record)
@@ -103,6 +109,10 @@ def decode_record(data: bytes) -> dict:
     if envelope.get("v") != SCHEMA_VERSION:
         raise ValueError(f"pool record schema version {envelope.get('v')!r}; this code reads {SCHEMA_VERSION}")
     return envelope["record"]
+
+
+class _MalformedManifest(Exception):
+    """A manifest that parses as JSON but is not one (a corrupt file, not a foreign pool)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,12 +153,21 @@ class JsonRecordSource:
         return f"JsonRecordSource({len(self)} records in {len(self._paths)} shards)"
 
 
+class PoolError(ValueError):
+    """A pool's committed state is unknown or does not fit a checkpoint (one line naming the pool)."""
+
+
 class Pool:
     """An append-only pool of JSON records, one ArrayRecord shard per epoch.
 
     Write from one process only (on multi-host runs, process 0); other processes may open it with
     writable=False and `reload()` to see new commits. The directory must be on a POSIX filesystem
     with atomic rename (local disk, NFS, a persistent disk; not an object-store FUSE mount).
+
+    Opening a pool never deletes anything. If its committed state cannot be trusted (manifest
+    missing while shards exist, unreadable manifest, a committed shard missing or resized),
+    `problem` says why and every access raises PoolError until `roll_back_to` commits a
+    checkpoint's manifest (`checkpointing.resume` does), which is also what removes leftovers.
     """
 
     def __init__(self, root: str | os.PathLike, name: str, *, writable: bool = True):
@@ -160,75 +179,152 @@ class Pool:
         if writable:
             self.dir.mkdir(parents=True, exist_ok=True)
         self._shards: list[Shard] = []
+        self.problem: str | None = None
         self.reload()
-        if writable:
-            self._remove_uncommitted()
 
     # -- manifest ------------------------------------------------------------------------------
 
+    @property
+    def manifest_path(self) -> Path:
+        return self.dir / MANIFEST_NAME
+
     def reload(self) -> None:
-        """Re-reads the manifest (a missing manifest is an empty pool) and checks the shards."""
-        path = self.dir / MANIFEST_NAME
+        """Re-reads the manifest and checks the committed shards; sets `problem` (logged) if they
+        cannot be trusted. A missing manifest with no shard files is an empty pool."""
+        self._shards, self.problem = self._read_committed()
+        if self.problem is not None:
+            logging.warning("pool %s: %s", self.name, self.problem)
+
+    def _read_committed(self) -> tuple[list[Shard], str | None]:
+        path = self.manifest_path
         if not path.exists():
-            self._shards = []
-            return
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-        self._shards = self._shards_from_manifest(manifest)
-        for shard in self._shards:
+            on_disk = self._shard_files()
+            if on_disk:
+                return [], (f"{path} is missing but {self.dir} holds {len(on_disk)} shard files; nothing was deleted; "
+                            f"resuming from a checkpoint restores the manifest")
+            return [], None
+        try:
+            manifest = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            return [], f"{path} is unreadable ({type(e).__name__}: {e}); resuming from a checkpoint restores it"
+        try:
+            shards = self._shards_from_manifest(manifest, str(path))
+        except _MalformedManifest as e:
+            return [], f"{e}; resuming from a checkpoint restores it"
+        return shards, self._shards_problem(shards, "the manifest")
+
+    def _shards_from_manifest(self, manifest: Any, source: str) -> list[Shard]:
+        """The shards a manifest lists. PoolError if it belongs to another pool or schema;
+        _MalformedManifest if it is not a manifest at all."""
+        if not isinstance(manifest, Mapping) or not isinstance(manifest.get("shards"), list):
+            raise _MalformedManifest(f"{source} is not a pool manifest (no list of shards)")
+        if manifest.get("schema_version") != SCHEMA_VERSION:
+            raise PoolError(f"pool {self.name!r}: {source} has manifest schema version "
+                            f"{manifest.get('schema_version')!r}, this code reads {SCHEMA_VERSION}")
+        if manifest.get("pool") != self.name:
+            raise PoolError(f"{source} belongs to pool {manifest.get('pool')!r}, not {self.name!r} ({self.dir})")
+        try:
+            return [Shard(**s) for s in manifest["shards"]]
+        except TypeError as e:
+            raise _MalformedManifest(f"{source} lists a malformed shard ({e})") from None
+
+    def _shards_problem(self, shards: Sequence[Shard], listed_by: str) -> str | None:
+        """Why the files of `shards` are not the committed ones (missing or another size), or None."""
+        for shard in shards:
             file = self.dir / shard.file
             if not file.exists():
-                raise FileNotFoundError(f"pool {self.name!r}: committed shard {file} is missing")
+                return f"shard {file} listed by {listed_by} is missing"
             if file.stat().st_size != shard.num_bytes:
-                raise ValueError(f"pool {self.name!r}: shard {file} has {file.stat().st_size} bytes, "
-                                 f"the manifest says {shard.num_bytes} (corrupted or replaced)")
+                return (f"shard {file} has {file.stat().st_size} bytes, {listed_by} says {shard.num_bytes} "
+                        f"(corrupted or replaced)")
+        return None
 
-    def _shards_from_manifest(self, manifest: Mapping[str, Any]) -> list[Shard]:
-        if manifest.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"pool {self.name!r}: manifest schema version {manifest.get('schema_version')!r}, "
-                             f"this code reads {SCHEMA_VERSION}")
-        if manifest.get("pool") != self.name:
-            raise ValueError(f"manifest in {self.dir} belongs to pool {manifest.get('pool')!r}, not {self.name!r}")
-        return [Shard(**s) for s in manifest["shards"]]
+    def _shard_files(self) -> list[Path]:
+        return sorted(p for p in self.dir.iterdir() if _SHARD_RE.match(p.name)) if self.dir.is_dir() else []
+
+    def _committed(self) -> list[Shard]:
+        """The committed shards; PoolError while `problem` is set."""
+        if self.problem is not None:
+            raise PoolError(f"pool {self.name!r}: {self.problem}")
+        return self._shards
 
     @property
     def manifest(self) -> dict:
         """The committed state as JSON-able data (saved in checkpoints)."""
-        return {"schema_version": SCHEMA_VERSION, "pool": self.name,
-                "shards": [dataclasses.asdict(s) for s in self._shards]}
+        return _manifest_json(self.name, self._committed())
 
     @property
     def shards(self) -> list[Shard]:
-        return list(self._shards)
+        return list(self._committed())
 
     @property
     def epochs(self) -> list[int]:
-        return [s.epoch for s in self._shards]
+        return [s.epoch for s in self._committed()]
 
     @property
     def last_epoch(self) -> int | None:
-        return self._shards[-1].epoch if self._shards else None
+        shards = self._committed()
+        return shards[-1].epoch if shards else None
 
     def _commit(self, shards: list[Shard]) -> None:
-        manifest = {"schema_version": SCHEMA_VERSION, "pool": self.name,
-                    "shards": [dataclasses.asdict(s) for s in shards]}
-        write_json_atomic(self.dir / MANIFEST_NAME, manifest)
+        write_json_atomic(self.manifest_path, _manifest_json(self.name, shards))
         self._shards = shards
-
-    def _remove_uncommitted(self) -> None:
-        committed = {s.file for s in self._shards}
-        for entry in self.dir.iterdir():
-            if entry.name == MANIFEST_NAME or entry.name in committed:
-                continue
-            if entry.name.startswith(_TMP_PREFIX) or _SHARD_RE.match(entry.name):
-                logging.warning("pool %s: removing uncommitted file %s (left by an interrupted write)",
-                                self.name, entry)
-                entry.unlink()
-            else:
-                logging.warning("pool %s: leaving unknown file %s alone", self.name, entry)
+        self.problem = None
 
     def _require_writable(self) -> None:
         if not self.writable:
             raise PermissionError(f"pool {self.name!r} was opened with writable=False")
+
+    # -- rolling back to a checkpoint ---------------------------------------------------------
+
+    def check_roll_back(self, manifest: Mapping[str, Any] | None) -> list[Shard]:
+        """The shards `roll_back_to(manifest)` would commit; PoolError (nothing touched) if a shard
+        the manifest lists is missing or resized, or if this pool's own readable manifest
+        disagrees with it on the epochs both list (the pool belongs to another run)."""
+        if manifest is None:
+            return []
+        try:
+            target = self._shards_from_manifest(manifest, "the checkpoint's manifest")
+        except _MalformedManifest as e:
+            raise PoolError(f"pool {self.name!r}: {e}") from None
+        problem = self._shards_problem(target, "the checkpoint's manifest")
+        if problem is not None:
+            raise PoolError(f"pool {self.name!r}: {problem}; refusing to resume (committed data would be lost)")
+        common = min(len(self._shards), len(target))
+        if self._shards[:common] != target[:common]:
+            raise PoolError(f"pool {self.name!r} in {self.dir} does not match the checkpoint: pool has epochs "
+                            f"{[s.epoch for s in self._shards]}, checkpoint recorded {[s.epoch for s in target]}")
+        return target
+
+    def roll_back_to(self, manifest: Mapping[str, Any] | None) -> list[int]:
+        """Commits `manifest` (a checkpoint's; None: no checkpoint, so nothing is committed) and then
+        deletes every shard and temp file it does not list; returns the epochs of deleted shards.
+
+        The only call that deletes data the pool did not write in this process: `checkpointing.resume`
+        makes it with the checkpoint's manifest in hand. A shard the manifest lists is never deleted.
+        """
+        self._require_writable()
+        target = self.check_roll_back(manifest)
+        if self.problem is not None or not self.manifest_path.exists() or self._shards != target:
+            self._commit(target)  # commit first: a crash now leaves only files the next roll-back removes
+        return self._remove_files_not_in(target)
+
+    def _remove_files_not_in(self, shards: Sequence[Shard]) -> list[int]:
+        listed = {s.file for s in shards}
+        dropped = []
+        for entry in sorted(self.dir.iterdir()):
+            if entry.name == MANIFEST_NAME or entry.name in listed:
+                continue
+            match = _SHARD_RE.match(entry.name)
+            if match or entry.name.startswith(_TMP_PREFIX):
+                logging.debug("pool %s: removing uncommitted file %s", self.name, entry)
+                entry.unlink()
+                if match:
+                    dropped.append(int(match.group(1)))
+            else:
+                logging.warning("pool %s: leaving unknown file %s alone", self.name, entry)
+        _fsync_dir(self.dir)
+        return dropped
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -239,11 +335,12 @@ class Pool:
         (the epoch happened; it produced nothing).
         """
         self._require_writable()
+        committed = self._committed()
         if not isinstance(epoch, (int, np.integer)) or epoch < 0:
             raise ValueError(f"epoch must be an int >= 0, got {epoch!r}")
         epoch = int(epoch)
-        if self._shards and epoch <= self._shards[-1].epoch:
-            raise ValueError(f"pool {self.name!r} already holds epoch {self._shards[-1].epoch}; epochs must "
+        if committed and epoch <= committed[-1].epoch:
+            raise ValueError(f"pool {self.name!r} already holds epoch {committed[-1].epoch}; epochs must "
                              f"increase (got {epoch}); use truncate_to() to roll back first")
         encoded = [encode_record(r, epoch) for r in records]  # fail before touching the disk
 
@@ -261,19 +358,17 @@ class Pool:
         os.replace(tmp, final)
         _fsync_dir(self.dir)
         shard = Shard(epoch=epoch, file=final.name, num_records=len(encoded), num_bytes=final.stat().st_size)
-        self._commit(self._shards + [shard])
+        self._commit(committed + [shard])
         return final
 
     def truncate_to(self, epoch: int) -> list[int]:
-        """Drops the shards of epochs > `epoch` (epoch=-1 empties the pool); returns the dropped epochs.
-
-        Used on resume when a pool was committed for an epoch whose checkpoint was not.
-        """
+        """Drops the committed shards of epochs > `epoch` (epoch=-1 empties the pool); returns them."""
         self._require_writable()
-        keep = [s for s in self._shards if s.epoch <= epoch]
-        dropped = [s for s in self._shards if s.epoch > epoch]
+        committed = self._committed()
+        keep = [s for s in committed if s.epoch <= epoch]
+        dropped = [s for s in committed if s.epoch > epoch]
         if dropped:
-            self._commit(keep)  # commit first: a crash now leaves only orphans, removed on open
+            self._commit(keep)  # commit first: a crash now leaves only orphans, removed on resume
             for shard in dropped:
                 (self.dir / shard.file).unlink(missing_ok=True)
             _fsync_dir(self.dir)
@@ -282,10 +377,11 @@ class Pool:
     # -- reading -------------------------------------------------------------------------------
 
     def _select(self, epochs: Epochs) -> list[Shard]:
+        committed = self._committed()
         if epochs is None:
-            return list(self._shards)
+            return list(committed)
         wanted = {int(epochs)} if isinstance(epochs, (int, np.integer)) else {int(e) for e in epochs}
-        return [s for s in self._shards if s.epoch in wanted]
+        return [s for s in committed if s.epoch in wanted]
 
     def shard_paths(self, epochs: Epochs = None) -> list[Path]:
         """Paths of the committed shards of `epochs` (None: all). Epochs not committed are skipped."""
@@ -307,10 +403,12 @@ class Pool:
 
     def data_source(self, epochs: Epochs = None) -> JsonRecordSource:
         """A Grain random-access source of the committed records of `epochs` (None: all)."""
-        return JsonRecordSource([p for p, s in zip(self.shard_paths(epochs), self._select(epochs))
-                                 if s.num_records])
+        shards = self._select(epochs)
+        return JsonRecordSource([self.dir / s.file for s in shards if s.num_records])
 
     def __repr__(self) -> str:
+        if self.problem is not None:
+            return f"Pool({self.name!r}, problem={self.problem!r})"
         return f"Pool({self.name!r}, epochs={self.epochs}, records={self.num_records()})"
 
 

@@ -82,14 +82,15 @@ def test_crash_before_manifest_commit_loses_nothing_committed(tmp_path, monkeypa
 
     reader = pools.Pool(tmp_path, "d_train", writable=False)  # a reader ignores the leftovers
     assert reader.epochs == [0] and reader.records() == _records("e0", 4)
-    reopened = pools.Pool(tmp_path, "d_train")  # a writer removes them
-    assert reopened.manifest == committed and reopened.records() == _records("e0", 4)
+    reopened = pools.Pool(tmp_path, "d_train")  # opening deletes nothing ...
+    assert reopened.manifest == committed and len(os.listdir(pool.dir)) == 4
+    assert reopened.roll_back_to(committed) == [1]  # ... rolling back to a checkpoint's manifest does
     assert sorted(os.listdir(pool.dir)) == ["epoch_00000.array_record", "manifest.json"]
     reopened.append_epoch(1, _records("again", 2))  # and the epoch can be redone
     assert reopened.records(1) == _records("again", 2)
 
 
-def test_crash_mid_shard_write_leaves_temp_file_that_is_cleaned(tmp_path, monkeypatch):
+def test_crash_mid_shard_write_leaves_temp_file_that_roll_back_cleans(tmp_path, monkeypatch):
     pool = pools.Pool(tmp_path, "d_env")
     pool.append_epoch(0, _records("e0", 3))
     monkeypatch.setattr(pools, "_fsync_file", lambda path: (_ for _ in ()).throw(OSError("disk gone")))
@@ -99,6 +100,7 @@ def test_crash_mid_shard_write_leaves_temp_file_that_is_cleaned(tmp_path, monkey
     assert any(name.startswith(".tmp.epoch_00001") for name in os.listdir(pool.dir))
     reopened = pools.Pool(tmp_path, "d_env")
     assert reopened.epochs == [0] and reopened.records() == _records("e0", 3)
+    assert reopened.roll_back_to(reopened.manifest) == []  # a temp file is not a dropped epoch
     assert sorted(os.listdir(pool.dir)) == ["epoch_00000.array_record", "manifest.json"]
 
 
@@ -115,12 +117,33 @@ def test_truncate_and_corruption_detection(tmp_path):
     pool.append_epoch(0, _records("x", 2))
     with open(pool.dir / "epoch_00000.array_record", "ab") as f:
         f.write(b"garbage")
-    with pytest.raises(ValueError, match="bytes"):
-        pools.Pool(tmp_path, "d_train")
-    with pytest.raises(ValueError, match="belongs to pool"):
+    resized = pools.Pool(tmp_path, "d_train")  # opens (resume may still fix it), but refuses to be used
+    assert "bytes, the manifest says" in resized.problem
+    with pytest.raises(pools.PoolError, match=r"epoch_00000.array_record has \d+ bytes, the manifest says \d+"):
+        resized.records()
+    with pytest.raises(pools.PoolError, match="belongs to pool"):
         (tmp_path / "other").mkdir()
         (tmp_path / "other" / "manifest.json").write_text((pool.dir / "manifest.json").read_text())
         pools.Pool(tmp_path, "other")
+
+
+def test_an_untrusted_pool_refuses_every_use_until_rolled_back(tmp_path):
+    pool = pools.Pool(tmp_path, "d_train")
+    pool.append_epoch(0, _records("e0", 2))
+    pool.append_epoch(1, _records("e1", 2))
+    saved = pool.manifest
+    (pool.dir / "manifest.json").unlink()
+    lost = pools.Pool(tmp_path, "d_train")
+    assert lost.problem.startswith(f"{pool.dir / 'manifest.json'} is missing but {pool.dir} holds 2 shard files")
+    for use in (lambda: lost.records(), lambda: lost.manifest, lambda: lost.epochs, lambda: lost.append_epoch(2, [])):
+        with pytest.raises(pools.PoolError, match="is missing but"):
+            use()
+    assert len(os.listdir(pool.dir)) == 2  # nothing deleted
+    assert lost.roll_back_to(saved) == [] and lost.problem is None
+    assert lost.records() == _records("e0", 2) + _records("e1", 2)
+
+    empty_dir = pools.Pool(tmp_path, "fresh")  # no manifest and no shards: simply empty
+    assert empty_dir.problem is None and empty_dir.epochs == []
 
 
 SOURCES = {"base": _records("base", 40), "historical": _records("historical", 300), "new": _records("new", 64)}
