@@ -34,9 +34,9 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from genenv_jax import sharding  # noqa: E402
-from genenv_jax.models import ModelConfig, init_params, preset  # noqa: E402
+from genenv_jax.models import ModelConfig, init_params, param_shardings, preset  # noqa: E402
 from genenv_jax.models.config import dtype_from_name  # noqa: E402
+from genenv_jax.parallel import MeshConfig, make_mesh  # noqa: E402
 from genenv_jax.sampling import Buckets, Sampler  # noqa: E402
 
 H200_BANDWIDTH = 4.24e12  # bytes/s, HBM3e
@@ -69,7 +69,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def _mesh_from_flag(text: str):
     sizes = dict(item.split("=") for item in text.split(","))
-    return sharding.make_mesh(sharding.MeshConfig(**{k: int(v) for k, v in sizes.items()}))
+    return make_mesh(MeshConfig(**{k: int(v) for k, v in sizes.items()}))
 
 
 # ----- hardware -----
@@ -128,10 +128,10 @@ def time_ours(sampler: Sampler, params, prompts: list[list[int]], new_tokens: in
         jax.block_until_ready(last)
         t1 = time.perf_counter()
         out = sampler.decode(params, batch, caches, last, max_new_tokens=new_tokens)
-        steps = int(out["steps"])  # blocks until the loop is done
-        jax.block_until_ready(out["tokens"])
+        steps = int(out.steps)  # blocks until the loop is done
+        jax.block_until_ready(out.tokens)
         t2 = time.perf_counter()
-        lengths = np.asarray(out["lengths"])[:len(prompts)]
+        lengths = np.asarray(out.lengths)[:len(prompts)]
         assert (lengths == new_tokens).all(), f"rows stopped early: {lengths}"
         del out, caches
         if attempt:
@@ -210,7 +210,7 @@ def main(argv=None) -> None:
     print(f"model:   {args.preset} ({cfg.num_params() / 1e9:.3f}B params, {args.dtype}), mesh {dict(mesh.shape)}, "
           f"prompt {args.prompt_len}, new tokens {args.new_tokens}, greedy, EOS ignored, "
           f"steps_per_sync {sampler.steps_per_sync}" + (f"; HF attention {args.hf_attention}" if args.hf else ""))
-    init = jax.jit(functools.partial(init_params, cfg), out_shardings=sharding.param_shardings(cfg, mesh))
+    init = jax.jit(functools.partial(init_params, cfg), out_shardings=param_shardings(cfg, mesh))
     params = sampler.prepare_params(init(jax.random.key(args.seed)))  # the stacked copy is dropped here
 
     rng = np.random.default_rng(args.seed)

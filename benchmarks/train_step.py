@@ -34,9 +34,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from genenv_jax import rl, sharding
+from genenv_jax import rl
 from genenv_jax.models import ModelConfig, init_params, preset
 from genenv_jax.models.config import REMAT_POLICIES
+from genenv_jax.parallel import MeshConfig, make_mesh, mesh_context
 
 H200_PEAK_FLOPS = 788e12  # dense bf16 FLOP/s per device (the project's reference figure for one H200)
 
@@ -64,7 +65,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def _mesh_from_flag(text: str):
     sizes = dict(item.split("=") for item in text.split(","))
-    return sharding.make_mesh(sharding.MeshConfig(**{k: int(v) for k, v in sizes.items()}))
+    return make_mesh(MeshConfig(**{k: int(v) for k, v in sizes.items()}))
 
 
 def matmul_params(cfg: ModelConfig) -> int:
@@ -143,7 +144,7 @@ def main(argv=None) -> None:
     print(f"step:    {args.rule.upper()}, batch {args.batch} x seq {args.seq} = {args.batch * args.seq:,} tokens, "
           f"{args.micro_batches} micro-batches, LM-head chunk {args.chunk_size}, mesh {dict(mesh.shape)}")
 
-    with sharding.mesh_context(mesh):
+    with mesh_context(mesh):
         params = jax.jit(init_params, static_argnums=0, out_shardings=step.param_shardings)(
             cfg, jax.random.key(args.seed))
     opt_state = step.init_opt_state(params)

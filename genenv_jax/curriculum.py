@@ -1,7 +1,7 @@
 """Curriculum signals: GenEnv's alpha reward R_env, the difficulty band, and DreamGym seed selection.
 
 Pure numpy / Python functions of rollout records, so the loop can compute them on the host after
-scoring and log or unit-test every number. PAPERS.md gives the formulas:
+scoring and log or unit-test every number. The formulas (GenEnv and DreamGym papers):
 
   R_env(p_hat) = exp(-beta * (p_hat - alpha)^2)       (GenEnv, the simulator's reward)
   in band      <=> |p_hat - alpha| <= k_min            (only in-band tasks train the simulator)
@@ -61,13 +61,6 @@ def in_band(p_hat: Any, alpha: float = 0.5, k_min: float = 0.1) -> np.ndarray:
     return np.abs(p - alpha) <= k_min + BAND_TOLERANCE
 
 
-def rwr_weight(r_env: Any, lam: float = 1.0) -> np.ndarray:
-    """The simulator's reward-weighted-regression weight exp(lambda * R_env), elementwise."""
-    if not (isinstance(lam, numbers.Real) and math.isfinite(lam)):
-        raise ValueError(f"lambda (RWR temperature) must be a finite number, got {lam!r}")
-    return np.exp(lam * np.asarray(r_env, dtype=np.float64))
-
-
 def reward_variance(rewards: Any) -> float:
     """DreamGym's V = (1/n) sum_i (r_i - mean r)^2 (population variance) of one task's n rewards."""
     r = np.asarray(rewards, dtype=np.float64).reshape(-1)
@@ -84,7 +77,7 @@ def reward_variance(rewards: Any) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class CurriculumConfig:
-    """Curriculum hyperparameters (PAPERS.md defaults), validated on construction.
+    """Curriculum hyperparameters, validated on construction (defaults: the GenEnv paper's).
 
     granularity: "variant" estimates p_hat over each generated task's own n rollouts;
       "seed_batch" pools the rollouts of all variants generated from one seed in this epoch

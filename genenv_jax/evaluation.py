@@ -2,9 +2,8 @@
 
 Greedy decoding of every task's episode (agent turns and `domain.step` observations), scored by
 the domain's verifier (for BFCL the official AST checker), reported as per-category accuracy plus
-the domain's summary, written as JSON and Markdown. Decoding is pluggable: by default the KV-cache sampler
-(`genenv_jax.sampling.generate`) when it is importable, else `greedy_generate` below, which
-recomputes a full forward pass per new token (fine for tiny models and as a reference).
+the domain's summary, written as JSON and Markdown. `evaluate` takes any `GenerateFn`;
+`evaluate_params` decodes with the KV-cache sampler (`genenv_jax.sampling.generate`).
 
     python -m genenv_jax.evaluation --model_dir=/ckpt/qwen2.5-7b-instruct --split=test --out=/tmp/eval
     python -m genenv_jax.evaluation --preset=tiny --max_per_category=2 --max_new_tokens=16 --out=/tmp/eval
@@ -14,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
 import os
 import sys
@@ -23,13 +21,13 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
 from genenv_jax import tokenization
 from genenv_jax.domains.base import Domain, Task
-from genenv_jax.models import ModelConfig, hidden_states, logits_from_hidden
+from genenv_jax.models import ModelConfig
+from genenv_jax.sampling import generate
 
 # (prompts, max_new_tokens) -> generated ids per prompt, ending before the first stop token.
 GenerateFn = Callable[[Sequence[Sequence[int]], int], list[list[int]]]
@@ -50,87 +48,13 @@ def truncate_at_stop(ids: Sequence[int], stop_tokens: Sequence[int]) -> list[int
     return out
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _greedy_next(cfg: ModelConfig, params: Any, tokens: jax.Array, mask: jax.Array, last: jax.Array) -> jax.Array:
-    hidden = hidden_states(cfg, params, tokens, attention_mask=mask)  # [B, S, D]
-    h_last = jax.lax.dynamic_index_in_dim(hidden, last, axis=1, keepdims=False)  # [B, D]
-    return jnp.argmax(logits_from_hidden(cfg, params, h_last), axis=-1).astype(jnp.int32)  # [B]
-
-
-def greedy_generate(cfg: ModelConfig, params: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int,
-                    stop_tokens: Sequence[int], pad_id: int, length_bucket: int = 64) -> list[list[int]]:
-    """Greedy decoding by a full forward pass per new token (no KV cache).
-
-    Prompts are left-padded into one [B, P + max_new_tokens] buffer, P rounded up to
-    `length_bucket` so batches of similar length share one compiled program; the causal mask
-    keeps the not-yet-written slots from affecting earlier positions. Rows end at a stop token
-    (excluded from the result); the loop ends when every row has stopped.
-    """
-    if not prompts:
-        return []
-    if any(len(p) == 0 for p in prompts):
-        raise ValueError("greedy_generate: empty prompt")
-    longest = max(len(p) for p in prompts)
-    prompt_len = -(-longest // length_bucket) * length_bucket
-    total = prompt_len + max_new_tokens
-    batch = len(prompts)
-    tokens = np.full((batch, total), pad_id, np.int32)  # [B, S]
-    mask = np.zeros((batch, total), bool)  # [B, S]
-    for i, p in enumerate(prompts):
-        tokens[i, prompt_len - len(p):prompt_len] = np.asarray(p, np.int32)
-        mask[i, prompt_len - len(p):prompt_len] = True
-    stops = np.asarray(sorted(set(int(s) for s in stop_tokens)), np.int32)
-    done = np.zeros(batch, bool)
-    generated = [[] for _ in range(batch)]
-    for step in range(max_new_tokens):
-        cur = prompt_len + step  # the slot written now; its token is predicted at slot cur - 1
-        nxt = np.asarray(_greedy_next(cfg, params, jnp.asarray(tokens), jnp.asarray(mask), cur - 1))
-        tokens[:, cur] = nxt
-        mask[:, cur] = True
-        for i in np.nonzero(~done)[0]:
-            if nxt[i] in stops:
-                done[i] = True
-            else:
-                generated[i].append(int(nxt[i]))
-        if done.all():
-            break
-    return generated
-
-
-def _rows(output: Any) -> list[list[int]]:
-    """Rows of token ids from a sampler output (`SampleOutput.token_lists()` or nested sequences)."""
-    if hasattr(output, "token_lists"):
-        return [list(map(int, r)) for r in output.token_lists()]
-    return [list(map(int, r)) for r in output]
-
-
-def sampler_available() -> bool:
-    """Whether `genenv_jax.sampling.generate` can be imported."""
-    try:
-        from genenv_jax.sampling import generate  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def make_generate_fn(cfg: ModelConfig, params: Any, stop_tokens: Sequence[int], pad_id: int,
-                     backend: str = "auto") -> tuple[GenerateFn, str]:
-    """A greedy GenerateFn: backend 'sampler' (KV cache), 'forward' (full recompute) or 'auto'."""
-    if backend not in ("auto", "sampler", "forward"):
-        raise ValueError(f"backend {backend!r} not in ('auto', 'sampler', 'forward')")
-    if backend == "auto":
-        backend = "sampler" if sampler_available() else "forward"
-    if backend == "sampler":
-        from genenv_jax.sampling import generate
-
-        def fn(prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
-            out = generate(cfg, params, [list(p) for p in prompts], max_new_tokens=max_new_tokens,
-                           temperature=0.0, stop_tokens=list(stop_tokens), seed=0)
-            return [truncate_at_stop(r, stop_tokens) for r in _rows(out)]
-    else:
-        def fn(prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
-            return greedy_generate(cfg, params, prompts, max_new_tokens, stop_tokens, pad_id)
-    return fn, backend
+def make_generate_fn(cfg: ModelConfig, params: Any, stop_tokens: Sequence[int], pad_id: int) -> GenerateFn:
+    """A greedy GenerateFn on the KV-cache sampler (one compiled program per shape bucket)."""
+    def fn(prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
+        out = generate(cfg, params, [list(p) for p in prompts], max_new_tokens=max_new_tokens, pad_id=pad_id,
+                       temperature=0.0, stop_tokens=list(stop_tokens), seed=0)
+        return [truncate_at_stop(row, stop_tokens) for row in out.token_lists()]
+    return fn
 
 
 # ----------------------------------------------------------------------------------------------
@@ -306,14 +230,14 @@ def write_report(report: EvalReport, out_dir: str | os.PathLike) -> dict[str, Pa
 
 
 def evaluate_params(cfg: ModelConfig, params: Any, domain: Domain, tasks: Sequence[Task], tokenizer: Any,
-                    backend: str = "auto", **kwargs: Any) -> EvalReport:
+                    **kwargs: Any) -> EvalReport:
     """`evaluate` with greedy decoding of `params` (a checkpoint's agent params, an HF model, ...)."""
     if cfg.vocab_size < len(tokenizer):
         raise ValueError(f"model vocab_size {cfg.vocab_size} is smaller than the tokenizer's {len(tokenizer)} "
                          "tokens; use a model with the tokenizer's vocabulary (e.g. preset 'tiny', not 'micro')")
     stops = tokenization.stop_ids(tokenizer)
-    generate_fn, backend = make_generate_fn(cfg, params, stops, tokenization.pad_id(tokenizer), backend)
-    config = dict(kwargs.pop("config", {}), backend=backend, decoding="greedy")
+    generate_fn = make_generate_fn(cfg, params, stops, tokenization.pad_id(tokenizer))
+    config = dict(kwargs.pop("config", {}), decoding="greedy")
     return evaluate(domain, tasks, generate_fn, tokenizer, config=config, **kwargs)
 
 
@@ -327,15 +251,14 @@ def load_run_agent(run_dir: str | os.PathLike, epoch: int | None = None) -> tupl
     """
     from genenv_jax.checkpointing import Checkpointer
     from genenv_jax.models import param_shapes
-    from genenv_jax.policy import model_config
+    from genenv_jax.run_config import saved_policy_settings
 
     ckpt = Checkpointer(Path(run_dir) / "checkpoints", async_save=False)
     try:
         epoch = ckpt.latest_epoch() if epoch is None else epoch
         if epoch is None:
             raise FileNotFoundError(f"{run_dir}: no checkpoints under {ckpt.directory}")
-        agent = ckpt.metadata(epoch)["config"]["agent"]
-        cfg = model_config(agent)
+        cfg = saved_policy_settings(ckpt.metadata(epoch)["config"], "agent").model_config()
         device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
         target = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=device), param_shapes(cfg))
         return cfg, ckpt.restore_item(epoch, "agent_params", target), epoch
@@ -361,7 +284,6 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--max_turns", type=int, default=8, help="agent turns per episode (BFCL uses one)")
     p.add_argument("--batch_size", type=int, default=8)
     p.add_argument("--dtype", default=None, help="param dtype for --model_dir (default: the checkpoint's)")
-    p.add_argument("--backend", default="auto", choices=("auto", "sampler", "forward"))
     p.add_argument("--seed", type=int, default=0, help="init seed for --preset")
     p.add_argument("--out", required=True, help="output directory for results.json / results.md / items.jsonl")
     p.add_argument("--no_progress", action="store_true")
@@ -394,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not tasks:
         raise SystemExit(f"no tasks selected (split={args.split}, categories={categories})")
     report = evaluate_params(
-        cfg, params, domain, tasks, tokenizer, backend=args.backend, max_new_tokens=args.max_new_tokens,
+        cfg, params, domain, tasks, tokenizer, max_new_tokens=args.max_new_tokens,
         batch_size=args.batch_size, max_prompt_tokens=args.max_prompt_tokens, max_turns=args.max_turns,
         progress=not args.no_progress,
         config=dict(source, split=args.split, max_per_category=args.max_per_category,

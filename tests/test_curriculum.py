@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from genenv_jax import curriculum as cur
+from genenv_jax.rl import rwr_weight
 
 
 def test_env_reward_hand_values():
@@ -45,7 +46,7 @@ def test_band_filter_edges_included():
 
 
 def test_rwr_weight_and_variance():
-    np.testing.assert_allclose(cur.rwr_weight([0.0, 1.0], lam=1.0), [1.0, math.e])
+    np.testing.assert_allclose(rwr_weight([0.0, 1.0], 1.0), [1.0, math.e])  # the one definition, in rl
     assert cur.reward_variance([1, 0, 1, 0]) == pytest.approx(0.25)
     assert cur.reward_variance([1, 1, 1]) == 0.0
     assert cur.reward_variance([0.0, 0.5, 1.0]) == pytest.approx(1 / 6)

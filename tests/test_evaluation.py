@@ -1,4 +1,4 @@
-"""Evaluation: greedy decoding backends, scoring plumbing, report files, the CLI end to end."""
+"""Evaluation: greedy decoding with the sampler, scoring plumbing, report files, the CLI end to end."""
 
 import json
 
@@ -33,30 +33,18 @@ def _naive_greedy(cfg, params, prompt, n, stops, width=32):
     return out
 
 
-def test_greedy_generate_matches_unpadded_forward(micro):
+def test_greedy_generate_fn_matches_unpadded_forward(micro):
     cfg, params = micro
     rng = np.random.default_rng(0)
     prompts = [rng.integers(3, cfg.vocab_size, size=n).tolist() for n in (5, 17, 9)]
     free = [_naive_greedy(cfg, params, p, 6, set()) for p in prompts]
     # Stop on the 3rd token the first prompt produces: that row ends early, the others do not.
     stop = free[0][2]
-    stops = {stop}
-    want = [_naive_greedy(cfg, params, p, 6, stops) for p in prompts]
-    got = evaluation.greedy_generate(cfg, params, prompts, 6, stop_tokens=[stop], pad_id=0, length_bucket=8)
+    want = [_naive_greedy(cfg, params, p, 6, {stop}) for p in prompts]
+    generate_fn = evaluation.make_generate_fn(cfg, params, stop_tokens=[stop], pad_id=0)
+    got = generate_fn(prompts, 6)
     assert got == want
     assert len(got[0]) == 2 and got[0] == free[0][:2]
-
-
-def test_sampler_backend_agrees_with_forward_backend(micro):
-    pytest.importorskip("genenv_jax.sampling")
-    cfg, params = micro
-    rng = np.random.default_rng(1)
-    prompts = [rng.integers(3, cfg.vocab_size, size=n).tolist() for n in (4, 11)]
-    stops = [2]
-    sampler_fn, backend = evaluation.make_generate_fn(cfg, params, stops, pad_id=0, backend="sampler")
-    forward_fn, _ = evaluation.make_generate_fn(cfg, params, stops, pad_id=0, backend="forward")
-    assert backend == "sampler"
-    assert sampler_fn(prompts, 7) == forward_fn(prompts, 7)
 
 
 def test_truncate_at_stop():
@@ -111,13 +99,13 @@ def test_vocab_mismatch_is_rejected(tok, micro):
 def test_cli_end_to_end_on_tiny_random_model(tmp_path, capsys):
     out = tmp_path / "eval"
     rc = evaluation.main(["--preset=tiny", "--split=test", "--max_per_category=1", "--max_new_tokens=3",
-                          "--batch_size=4", "--max_prompt_tokens=800", "--backend=forward", f"--out={out}", "--no_progress"])
+                          "--batch_size=4", "--max_prompt_tokens=800", f"--out={out}", "--no_progress"])
     assert rc == 0
     data = json.loads((out / "results.json").read_text())
     assert set(data["per_category"]) == set(BFCLDomain().categories)
     assert all(row["n"] == 1 and 0.0 <= row["accuracy"] <= 1.0 for row in data["per_category"].values())
     assert {"non_live_ast", "live_ast", "irrelevance", "overall", "overall_micro"} <= set(data["summary"])
-    assert data["config"]["backend"] == "forward" and data["config"]["preset"] == "tiny"
+    assert data["config"]["decoding"] == "greedy" and data["config"]["preset"] == "tiny"
     items = [json.loads(line) for line in (out / "items.jsonl").read_text().splitlines()]
     assert len(items) == 10 and all(it["response_tokens"] <= 3 for it in items)
     # live_multiple_8-4-0 (1303 prompt tokens) and live_irrelevance_103-3-0 (1837) exceed the cap.
@@ -137,7 +125,7 @@ class _TwoTurnDomain(Domain):
         return [Task(domain=self.name, task_id=f"t{i}", category="echo", prompt={"q": f"hi {i}"}, verifier={})
                 for i in range(3)]
 
-    def simulator_prompt(self, seed, recent_success=(), difficulty=None):
+    def simulator_prompt(self, seed, recent_success=(), difficulty="similar", alpha=0.5):
         return ChatPrompt(messages=[{"role": "user", "content": "make a task"}])
 
     def parse_task(self, text, seed, difficulty=None):

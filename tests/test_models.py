@@ -2,9 +2,11 @@
 
 import json
 import os
+import re
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -94,6 +96,20 @@ def test_load_hf_casts_dtype_and_keeps_checkpoint_dtype_by_default(tmp_path):
     assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(params16))
 
 
+@pytest.fixture(scope="module")
+def float32_checkpoint(tmp_path_factory):
+    return save_hf_model(make_hf_model(), tmp_path_factory.mktemp("hf"))
+
+
+@pytest.mark.parametrize("dtype", ["float32", np.float32, jnp.float32, np.dtype("float32"), "bfloat16",
+                                   ml_dtypes.bfloat16, jnp.bfloat16], ids=repr)
+def test_load_hf_dtype_names_and_dtypes_are_equivalent(float32_checkpoint, dtype):
+    cfg, params = load_hf(float32_checkpoint, dtype=dtype)
+    name = "bfloat16" if "bfloat16" in repr(dtype) else "float32"
+    assert cfg.param_dtype == cfg.dtype == name
+    assert {x.dtype for x in jax.tree.leaves(params)} == {jnp.dtype(name)}
+
+
 def _rewrite_tensors(path, edit):
     tensors = load_file(path)
     edit(tensors)
@@ -114,6 +130,38 @@ def test_load_hf_errors_name_the_tensor(tmp_path):
     _rewrite_tensors(st, lambda t: t.update({name: np.zeros((72, 48), np.float32),
                                              "model.layers.9.extra.weight": np.zeros(3, np.float32)}))
     with pytest.raises(ValueError, match=r"unexpected tensor.*model\.layers\.9\.extra\.weight"):
+        load_hf(src)
+
+
+def test_load_hf_refuses_non_finite_and_non_float_tensors(tmp_path):
+    src = save_hf_model(make_hf_model(), tmp_path / "hf")
+    st = os.path.join(src, "model.safetensors")
+    name = "model.layers.0.self_attn.k_proj.bias"
+    original = load_file(st)[name]
+
+    _rewrite_tensors(st, lambda t: t[name].__setitem__(3, np.nan))
+    with pytest.raises(ValueError, match=rf"^{re.escape(st)}: tensor {name} has non-finite values \(NaN or inf\)$"):
+        load_hf(src)
+    _rewrite_tensors(st, lambda t: t.__setitem__(name, np.full(original.shape, np.inf, np.float32)))
+    with pytest.raises(ValueError, match=rf"tensor {name} has non-finite values"):
+        load_hf(src)
+
+    integers = np.arange(original.size, dtype=np.int32).reshape(original.shape)
+    _rewrite_tensors(st, lambda t: t.__setitem__(name, integers))
+    with pytest.raises(ValueError, match=rf"^{re.escape(st)}: tensor {name} has dtype I32, not a float dtype"):
+        load_hf(src)
+    _, params = load_hf(src, allow_cast=True)
+    np.testing.assert_array_equal(np.asarray(params["layers"]["attn"]["k_bias"][0]).reshape(-1), integers)
+
+
+def test_load_hf_names_a_truncated_safetensors_file(tmp_path):
+    src = save_hf_model(make_hf_model(), tmp_path / "hf")
+    st = os.path.join(src, "model.safetensors")
+    with open(st, "rb") as f:
+        data = f.read()
+    with open(st, "wb") as f:
+        f.write(data[:len(data) // 2])
+    with pytest.raises(ValueError, match=rf"^{re.escape(st)}: cannot read safetensors file \(truncated or corrupt\): "):
         load_hf(src)
 
 

@@ -196,6 +196,18 @@ def test_rwr_weights_are_stable_for_large_rewards():
     assert np.all(np.asarray(rl.rwr_weights(jnp.zeros(3), 1.0, "mean", jnp.zeros(3, bool))) == 0)
 
 
+def test_rwr_weight_is_one_function_on_host_and_in_jit():
+    rewards = np.array([0.0, 0.25, 1.0])
+    host = rl.rwr_weight(rewards, 1.5)  # pool records: numpy float64
+    assert isinstance(host, np.ndarray) and host.dtype == np.float64
+    np.testing.assert_allclose(host, np.exp(1.5 * rewards), rtol=1e-15)
+    assert float(rl.rwr_weight(0.5, 2.0)) == np.exp(1.0)
+    traced = jax.jit(lambda r: rl.rwr_weight(r, 1.5))(jnp.asarray(rewards, jnp.float32))
+    np.testing.assert_allclose(np.asarray(traced), host, rtol=1e-6)
+    # Unnormalised step weights are exactly these.
+    np.testing.assert_allclose(np.asarray(rl.rwr_weights(jnp.asarray(rewards), 1.5, "none")), host, rtol=1e-6)
+
+
 def test_rwr_gradient_favours_high_weight_rows():
     lp = -np.ones((2, 3), np.float32)
     mask = np.ones_like(lp)

@@ -9,8 +9,8 @@ import numpy as np
 import optax
 import pytest
 
-from genenv_jax import rl, sharding
-from genenv_jax.models import preset
+from genenv_jax import parallel, rl
+from genenv_jax.models import param_shardings, preset, shard_params
 from random_params import random_params
 
 CFG = preset("micro")
@@ -33,7 +33,7 @@ def fresh_params():
 
 def make_mesh(name):
     data, fsdp, tensor = MESHES[name]
-    return sharding.make_mesh(sharding.MeshConfig(data=data, fsdp=fsdp, tensor=tensor))
+    return parallel.make_mesh(parallel.MeshConfig(data=data, fsdp=fsdp, tensor=tensor))
 
 
 def host(tree):
@@ -146,6 +146,13 @@ def test_grpo_sharded_equals_single_device(grpo_reference, batch, mesh_name):
     assert mu["lm_head"].sharding == step.param_shardings["lm_head"]
     if MESHES[mesh_name][1] > 1:
         assert not mu["lm_head"].sharding.is_fully_replicated
+    # The step's restore targets describe exactly the state it produces.
+    target = step.abstract_opt_state()
+    assert jax.tree.structure(target) == jax.tree.structure(opt_state)
+    for want, got in zip(jax.tree.leaves(target), jax.tree.leaves(opt_state)):
+        assert (want.shape, want.dtype, want.sharding) == (got.shape, got.dtype, got.sharding)
+    for want, got in zip(jax.tree.leaves(step.abstract_params()), jax.tree.leaves(step.place_params(fresh_params()))):
+        assert (want.shape, want.dtype, want.sharding) == (got.shape, got.dtype, got.sharding)
 
 
 # ---------------------------------------------------------------- RWR
@@ -215,7 +222,7 @@ def test_logprobs_fn_sharded_and_micro_batched(batch):
     want = np.asarray(rl.make_logprobs_fn(CFG)(params, rows))
     mesh = make_mesh("fsdp4_tensor2")
     fn = rl.make_logprobs_fn(CFG, mesh, micro_batches=2, chunk_size=5)
-    got = fn(sharding.shard_params(params, sharding.param_shardings(CFG, mesh)), sharding.shard_batch(rows, mesh))
+    got = fn(shard_params(params, param_shardings(CFG, mesh)), parallel.shard_batch(rows, mesh))
     np.testing.assert_allclose(np.asarray(got), want, atol=1e-5)
     full, _ = rl.token_logprobs(CFG, params, batch["tokens"], batch["attention_mask"])
     np.testing.assert_allclose(want, np.asarray(full), atol=1e-6)

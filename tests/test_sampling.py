@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from genenv_jax import sharding
-from genenv_jax.models import forward, load_hf
+from decode_reference import teacher_forced_logits
+from genenv_jax.models import forward, load_hf, param_shardings, shard_params
+from genenv_jax.parallel import MeshConfig, make_mesh
 from genenv_jax.sampling import Buckets, Sampler, generate, params_mesh, select_tokens
 from hf_reference import make_hf_model, save_hf_model
 
@@ -18,7 +19,7 @@ NEW = 12
 
 
 def _single_device_mesh():
-    return sharding.make_mesh(sharding.MeshConfig(data=1, fsdp=1, tensor=1), devices=jax.devices()[:1])
+    return make_mesh(MeshConfig(data=1, fsdp=1, tensor=1), devices=jax.devices()[:1])
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +91,7 @@ def test_cached_decode_logits_equal_full_forward(model, sampler):
     cfg, params = model
     rng = np.random.RandomState(0)
     continuations = [rng.randint(0, cfg.vocab_size, n).tolist() for n in (9, 3, 16, 1)]
-    cached = sampler.teacher_forced_logits(params, PROMPTS, continuations)
+    cached = teacher_forced_logits(sampler, params, PROMPTS, continuations)
     for prompt, cont, got in zip(PROMPTS, continuations, cached):
         np.testing.assert_allclose(got, _forward_logits(cfg, params, prompt, cont), atol=1e-4, rtol=0)
 
@@ -244,9 +245,9 @@ def test_sharded_sampling_equals_single_device(model, sampler, mesh_shape):
     modes = [{}, {"temperature": 1.0}]
     single = [sampler.generate(params, prompts, max_new_tokens=NEW, seed=5, **mode) for mode in modes]
     # Params sharded for a training mesh (fsdp over all 8 devices), sampled on another mesh.
-    train_mesh = sharding.make_mesh(sharding.MeshConfig(data=1, fsdp=8, tensor=1))
-    train_params = sharding.shard_params(params, sharding.param_shardings(cfg, train_mesh))
-    sampling_mesh = sharding.make_mesh(sharding.MeshConfig(**mesh_shape))
+    train_mesh = make_mesh(MeshConfig(data=1, fsdp=8, tensor=1))
+    train_params = shard_params(params, param_shardings(cfg, train_mesh))
+    sampling_mesh = make_mesh(MeshConfig(**mesh_shape))
     sharded_sampler = Sampler(cfg, sampling_mesh, prefill_chunk_tokens=16)  # fsdp4: 2 chunks of 4 rows
     placed = sharded_sampler.prepare_params(train_params)
     q = placed.tree["layers"][0]["attn"]["q_kernel"]

@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 import jax.numpy as jnp
+import numpy as np
 
 # Remat policies accepted by `ModelConfig.remat_policy` (names of `jax.checkpoint_policies`),
 # plus "none" (no rematerialisation) and "full" (save nothing, recompute everything).
@@ -29,6 +30,20 @@ def dtype_from_name(name: str) -> Any:
         return _DTYPES[str(name)]
     except KeyError:
         raise ValueError(f"unknown dtype {name!r}; expected one of {sorted(_DTYPES)}") from None
+
+
+def dtype_name(dtype: Any) -> str:
+    """The name ('bfloat16', 'float32', 'float16') of a dtype given as a name, a numpy dtype or a
+    scalar type (`jnp.float32`, `np.float32`, `ml_dtypes.bfloat16`, ...), as configs store it."""
+    if isinstance(dtype, str):
+        name = dtype
+    else:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(_DTYPES)}") from None
+    dtype_from_name(name)
+    return name
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,6 +12,7 @@ import functools
 import json
 import os
 import shutil
+import sys
 import tempfile
 from typing import Any, Callable, Iterator
 
@@ -19,14 +20,18 @@ import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
-from jax.experimental import multihost_utils
-from safetensors import safe_open
 from safetensors.numpy import save_file
+from tqdm import tqdm
 
-from genenv_jax.models.config import ModelConfig, dtype_from_name
-from genenv_jax.models.qwen2 import Params, param_shapes
+from genenv_jax.models.config import ModelConfig, dtype_name
+from genenv_jax.models.params import Params, param_shapes
+from genenv_jax.models.partitioning import param_shardings
+from genenv_jax.models.safetensors_reader import FLOAT_CODES, SafetensorsReader
+from genenv_jax.parallel.arrays import to_host
+from genenv_jax.parallel.mesh import MeshConfig, make_mesh
 
 _NP_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
+_EMBED = "model.embed_tokens.weight"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +60,7 @@ def _mappings(cfg: ModelConfig) -> list[_Mapping]:
     def bias(heads):  # HF [heads*H] <-> ours [heads, H]
         return (lambda a: a.reshape(heads, h), lambda a: a.reshape(heads * h))
 
-    maps = [_Mapping(("embed", "embedding"), lambda i: "model.embed_tokens.weight", ident, ident, False)]
+    maps = [_Mapping(("embed", "embedding"), lambda i: _EMBED, ident, ident, False)]
     for ours, hf, heads in (("q", "q_proj", n), ("k", "k_proj", k), ("v", "v_proj", k)):
         maps.append(_Mapping(("layers", "attn", f"{ours}_kernel"), layer(f"self_attn.{hf}.weight"),
                              *proj_in(heads)))
@@ -91,47 +96,9 @@ def _set(tree: dict, path: tuple[str, ...], value) -> None:
     tree[path[-1]] = value
 
 
-class _CheckpointReader:
-    """Tensor-by-name access over a single-file or sharded (index.json) safetensors checkpoint."""
-
-    def __init__(self, model_dir: str):
-        self.model_dir = model_dir
-        index = os.path.join(model_dir, "model.safetensors.index.json")
-        single = os.path.join(model_dir, "model.safetensors")
-        if os.path.exists(index):
-            with open(index) as f:
-                try:
-                    weight_map = json.load(f)["weight_map"]
-                except (json.JSONDecodeError, KeyError) as e:
-                    raise ValueError(f"{index}: not a safetensors index ({e})") from None
-            self.file_of = {name: os.path.join(model_dir, fn) for name, fn in weight_map.items()}
-        elif os.path.exists(single):
-            with safe_open(single, framework="numpy") as f:
-                self.file_of = {name: single for name in f.keys()}
-        else:
-            raise FileNotFoundError(f"{model_dir}: neither model.safetensors nor model.safetensors.index.json")
-        self._handles: dict[str, Any] = {}
-
-    def _handle(self, path: str):
-        if path not in self._handles:
-            if not os.path.exists(path):
-                raise FileNotFoundError(f"{path}: listed in the safetensors index but missing")
-            self._handles[path] = safe_open(path, framework="numpy")
-        return self._handles[path]
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(self._handle(self.file_of[name]).get_slice(name).get_shape())
-
-    def dtype_name(self, name: str) -> str:
-        st = self._handle(self.file_of[name]).get_slice(name).get_dtype()
-        return {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}.get(st, st)
-
-    def read(self, name: str) -> np.ndarray:
-        return self._handle(self.file_of[name]).get_tensor(name)
-
-
-def _check_tensors(cfg: ModelConfig, reader: _CheckpointReader, maps: list[_Mapping]) -> None:
-    """Every expected tensor present with its HF shape; nothing unexpected. Errors name tensors."""
+def _check_tensors(cfg: ModelConfig, reader: SafetensorsReader, maps: list[_Mapping], allow_cast: bool) -> None:
+    """Every expected tensor present with its HF shape and a float dtype (integer / bool only with
+    `allow_cast`); nothing unexpected. Errors name the tensor and its file."""
     shapes = param_shapes(cfg)
     expected: dict[str, tuple[int, ...]] = {}
     for m in maps:
@@ -154,48 +121,60 @@ def _check_tensors(cfg: ModelConfig, reader: _CheckpointReader, maps: list[_Mapp
         got = reader.shape(name)
         if got != shape:
             raise ValueError(f"{where}: tensor {name} has shape {got}, config.json implies {shape}")
+        code = reader.dtype_code(name)
+        if code not in FLOAT_CODES and not (allow_cast and (code.startswith(("I", "U")) or code == "BOOL")):
+            raise ValueError(f"{reader.file_of[name]}: tensor {name} has dtype {code}, not a float dtype "
+                             "(load_hf(..., allow_cast=True) casts integer tensors)")
 
 
-def load_hf(model_dir: str | os.PathLike, mesh: jax.sharding.Mesh | None = None, dtype: str | None = None,
-            rules=None, **config_overrides: Any) -> tuple[ModelConfig, Params]:
+def load_hf(model_dir: str | os.PathLike, mesh: jax.sharding.Mesh | None = None, dtype: Any = None,
+            rules=None, *, allow_cast: bool = False, **config_overrides: Any) -> tuple[ModelConfig, Params]:
     """Loads a HF Qwen2 checkpoint directory into (cfg, params).
 
     With a mesh, each param lands directly in its `NamedSharding` from the logical-axis rules;
-    without one, on the default device. `dtype` ('bfloat16', 'float32', ...) sets the param dtype;
-    by default the checkpoint's own. Extra keyword args override `ModelConfig` fields.
+    without one, on the default device. `dtype` sets the param dtype, as a name ('bfloat16') or a
+    dtype (`jnp.float32`, `np.float32`, `ml_dtypes.bfloat16`); by default the checkpoint's own.
+    Tensors must hold finite floats; `allow_cast=True` also accepts (and casts) integer tensors.
+    Extra keyword args override `ModelConfig` fields.
     """
-    from genenv_jax import sharding as shd  # sharding imports models; keep the edge one way at call time
-
     model_dir = os.fspath(model_dir)
-    reader = _CheckpointReader(model_dir)
+    reader = SafetensorsReader(model_dir)
     if dtype is None:
-        dtype = reader.dtype_name("model.embed_tokens.weight") if "model.embed_tokens.weight" in reader.file_of else "float32"
-    dtype_from_name(dtype)
+        own = reader.dtype_name(_EMBED) if _EMBED in reader.file_of else "float32"
+        dtype = own if own in _NP_DTYPES else "float32"
+    dtype = dtype_name(dtype)
     config_overrides.setdefault("param_dtype", dtype)
     config_overrides.setdefault("dtype", dtype)
     cfg = ModelConfig.from_hf(model_dir, **config_overrides)
     maps = _mappings(cfg)
-    _check_tensors(cfg, reader, maps)
+    _check_tensors(cfg, reader, maps, allow_cast)
     np_dtype = _NP_DTYPES[cfg.param_dtype]
     if mesh is None:
-        mesh = shd.make_mesh(shd.MeshConfig(data=1, fsdp=1, tensor=1), devices=jax.devices()[:1])
-    shardings = shd.param_shardings(cfg, mesh, rules)
+        mesh = make_mesh(MeshConfig(data=1, fsdp=1, tensor=1), devices=jax.devices()[:1])
+    shardings = param_shardings(cfg, mesh, rules)
+    shapes = param_shapes(cfg)
+    progress = tqdm(total=sum(len(_hf_names(cfg, m)) for m in maps), desc=f"loading {model_dir}", unit="tensor",
+                    disable=not sys.stderr.isatty())
 
     @functools.lru_cache(maxsize=2)
     def converted(name: str, m: _Mapping) -> np.ndarray:
-        return np.ascontiguousarray(m.to_ours(reader.read(name)).astype(np_dtype))
+        tensor = reader.read(name)
+        if not np.isfinite(tensor).all():
+            raise ValueError(f"{reader.file_of[name]}: tensor {name} has non-finite values (NaN or inf)")
+        progress.update(1)
+        return np.ascontiguousarray(m.to_ours(tensor).astype(np_dtype))
 
     params: dict = {}
-    for m in maps:
-        sharding = _get(shardings, m.path)
-        shape = _get(param_shapes(cfg), m.path).shape
-        if not m.stacked:
-            name = m.hf_name(None)
-            value = jax.make_array_from_callback(shape, sharding, lambda idx: converted(name, m)[idx])
-        else:
-            value = _load_stacked(cfg, m, shape, sharding, np_dtype, converted)
-        _set(params, m.path, value)
-        converted.cache_clear()
+    with progress:
+        for m in maps:
+            sharding, shape = _get(shardings, m.path), _get(shapes, m.path).shape
+            if not m.stacked:
+                name = m.hf_name(None)
+                value = jax.make_array_from_callback(shape, sharding, lambda idx: converted(name, m)[idx])
+            else:
+                value = _load_stacked(cfg, m, shape, sharding, np_dtype, converted)
+            _set(params, m.path, value)
+            converted.cache_clear()
     return cfg, params
 
 
@@ -220,16 +199,10 @@ def _load_stacked(cfg, m: _Mapping, shape, sharding, np_dtype, converted) -> jax
     return stacked
 
 
-def _host_value(x: jax.Array) -> np.ndarray:
-    if jax.process_count() > 1 and not x.is_fully_addressable:
-        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-    return np.asarray(jax.device_get(x))
-
-
 def _hf_tensors(cfg: ModelConfig, params: Params) -> Iterator[tuple[str, np.ndarray]]:
     """(HF name, tensor) pairs in HF layout, one param on the host at a time."""
     for m in _mappings(cfg):
-        value = _host_value(_get(params, m.path))
+        value = to_host(_get(params, m.path))
         if m.stacked:
             for i in range(cfg.num_layers):
                 yield m.hf_name(i), np.ascontiguousarray(m.to_hf(value[i]))

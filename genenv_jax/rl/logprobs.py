@@ -17,8 +17,10 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
 
-from genenv_jax.models import ModelConfig, hidden_states, logits_from_hidden
+from genenv_jax.models import ModelConfig, hidden_states, logits_from_hidden, param_shardings
+from genenv_jax.parallel import BATCH_AXES, batch_sharding, mesh_context, split_micro_batches
 
 Params = Any
 
@@ -150,14 +152,10 @@ def make_logprobs_fn(cfg: ModelConfig, mesh: Any = None, *, chunk_size: int = 51
 
     `batch` holds "tokens" [B, T] and optionally "attention_mask", "positions" and "loss_mask" (only
     chunks with loss tokens get values; see `token_logprobs`). With a mesh the
-    params are expected on `sharding.param_shardings(cfg, mesh)` and the batch rows over
+    params are expected on `models.param_shardings(cfg, mesh)` and the batch rows over
     data x fsdp; the result is sharded like the batch. `micro_batches` runs the rows in that many
     sequential slices (`lax.map`) to bound activation memory.
     """
-    from jax.sharding import NamedSharding, PartitionSpec as P
-
-    from genenv_jax import sharding
-
     if micro_batches < 1:
         raise ValueError(f"micro_batches must be >= 1, got {micro_batches}")
 
@@ -173,22 +171,18 @@ def make_logprobs_fn(cfg: ModelConfig, mesh: Any = None, *, chunk_size: int = 51
         keys = [k for k in _LOGPROB_KEYS if k in batch]
         rows = {k: batch[k] for k in keys}
         size, length = rows["tokens"].shape
-        if size % micro_batches:
-            raise ValueError(f"batch size {size} is not divisible by micro_batches {micro_batches}")
         if micro_batches == 1:
             return one_slice(params, rows)
-        sliced = jax.tree.map(lambda x: x.reshape(size // micro_batches, micro_batches, *x.shape[1:])
-                              .swapaxes(0, 1), rows)  # [M, B/M, T]: slice m takes rows m, m+M, ...
+        sliced = jax.tree.map(lambda x: split_micro_batches(x, micro_batches, mesh), rows)  # [M, B/M, T]
         out = jax.lax.map(lambda r: one_slice(params, r), sliced)  # [M, B/M, T]
-        return out.swapaxes(0, 1).reshape(size, length)
+        return out.swapaxes(0, 1).reshape(size, length)  # slice m held rows m, m+M, ...
 
     if mesh is None:
         return jax.jit(fn)
-    jitted = jax.jit(fn, in_shardings=(sharding.param_shardings(cfg, mesh, rules),
-                                       NamedSharding(mesh, P(sharding.BATCH_AXES))),
-                     out_shardings=sharding.batch_sharding(mesh, 2))
+    jitted = jax.jit(fn, in_shardings=(param_shardings(cfg, mesh, rules), NamedSharding(mesh, P(BATCH_AXES))),
+                     out_shardings=batch_sharding(mesh, 2))
 
     def call(params, batch):
-        with sharding.mesh_context(mesh, rules):
+        with mesh_context(mesh, rules):
             return jitted(params, {k: v for k, v in batch.items() if k in _LOGPROB_KEYS})
     return call

@@ -1,5 +1,4 @@
-"""Shared loss pieces: masked aggregation over tokens / sequences, per-token KL estimators, and
-config validation helpers for the rules' dataclasses.
+"""Shared loss pieces: masked aggregation over tokens / sequences and per-token KL estimators.
 
 Aggregations take explicit normalisers so a batch split into micro-batches sums to exactly the
 full-batch value: each micro-batch divides by the *whole batch's* token or sequence count.
@@ -7,33 +6,16 @@ full-batch value: each micro-batch divides by the *whole batch's* token or seque
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Mapping
-
 import jax
 import jax.numpy as jnp
+
+from genenv_jax.config_checks import check_choice
 
 AGGREGATIONS = ("token_mean", "seq_mean_token_mean")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
 # exp() argument bound for the k3 estimator (keeps a huge log-ratio from overflowing to inf).
 _K3_LOG_RATIO_BOUND = 20.0
-
-
-def dataclass_kwargs(cls: type, section: Mapping[str, Any], what: str | None = None) -> dict[str, Any]:
-    """A config section (dict or ConfigDict) as kwargs of dataclass `cls`; unknown keys raise, named."""
-    values = dict(section)
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise KeyError(f"unknown {what or cls.__name__} keys {unknown}; known: {sorted(known)}")
-    return values
-
-
-def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    """Raises a ValueError naming the option when `value` is not one of `choices`."""
-    if value not in choices:
-        raise ValueError(f"{name} {value!r} not in {choices}")
 
 
 def token_count(mask: jax.Array) -> jax.Array:

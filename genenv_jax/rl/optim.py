@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from genenv_jax.rl.losses import dataclass_kwargs
+from genenv_jax.config_checks import dataclass_kwargs
 
 SCHEDULES = ("constant", "cosine", "linear")
 
@@ -109,9 +109,15 @@ def make_optimizer(config: OptimizerConfig | Mapping[str, Any] | None = None) ->
     return optax.chain(optax.identity(), adamw)
 
 
-def current_learning_rate(opt_state: Any) -> jax.Array:
-    """The learning rate stored by `make_optimizer`'s injected AdamW."""
-    return opt_state[1].hyperparams["learning_rate"]
+def current_learning_rate(opt_state: Any) -> jax.Array | None:
+    """The learning rate an `optax.inject_hyperparams` state holds (that of the latest update, for
+    `make_optimizer`'s AdamW); None for an optimizer without one."""
+    return optax.tree.get(opt_state, "learning_rate", filtering=_in_hyperparams)
+
+
+def _in_hyperparams(path: tuple, _: Any) -> bool:
+    """An injected hyperparameter's value, not the schedule state kept under the same name."""
+    return len(path) > 1 and getattr(path[-2], "name", None) == "hyperparams"
 
 
 def to_float32(tree: Any) -> Any:

@@ -1,9 +1,9 @@
 """Reward-weighted regression for the environment simulator: weighted NLL + KL to its start.
 
-Each generated task (a row) is weighted by w = exp(lambda * R_env) and trained on with the
-simulator's negative log-likelihood of the task text it wrote; a KL penalty toward the initial
-simulator keeps generations well-formed and diverse, and an optional KL threshold skips or
-scales the update when the simulator has drifted too far.
+Each generated task (a row) is weighted by w = exp(lambda * R_env) (`rwr_weight`) and trained
+on with the simulator's negative log-likelihood of the task text it wrote; a KL penalty toward
+the initial simulator keeps generations well-formed and diverse, and an optional KL threshold
+skips or scales the update when the simulator has drifted too far.
 
 Batch layout: tokens [B, T] int, attention_mask [B, T], loss_mask [B, T] (the generated task
 text), rewards [B] (R_env of each task), ref_logprobs [B, T] (initial simulator params through
@@ -17,12 +17,14 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.sharding import Mesh
 
+from genenv_jax.config_checks import check_choice
 from genenv_jax.models import ModelConfig
 from genenv_jax.rl.logprobs import token_logprobs
-from genenv_jax.rl.losses import AGGREGATIONS, KL_ESTIMATORS, aggregate, check_choice, kl_penalty, normalizer, token_count
+from genenv_jax.rl.losses import AGGREGATIONS, KL_ESTIMATORS, aggregate, kl_penalty, normalizer, token_count
 from genenv_jax.rl.step import TrainStep, build_train_step
 
 WEIGHT_NORMS = ("none", "mean", "softmax")
@@ -72,12 +74,24 @@ class RWRConfig:
         return self.kl_coef > 0 or self.kl_threshold is not None
 
 
+def rwr_weight(r_env: Any, reward_lambda: Any) -> Any:
+    """The RWR weight exp(reward_lambda * r_env), elementwise.
+
+    Python floats / numpy arrays give float64 numpy (host side, e.g. for pool records); jax arrays,
+    traced ones included, give a jax array (inside jit).
+    """
+    if isinstance(r_env, jax.Array) or isinstance(reward_lambda, jax.Array):
+        return jnp.exp(reward_lambda * r_env)
+    return np.exp(np.float64(reward_lambda) * np.asarray(r_env, np.float64))
+
+
 def rwr_weights(rewards: jax.Array, reward_lambda: float = 1.0, weight_norm: str = "mean",
                 valid: jax.Array | None = None) -> jax.Array:
-    """Per-row weights [B] from R_env rewards [B]: exp(lambda * R), normalised over valid rows.
+    """Per-row weights [B] from R_env rewards [B]: `rwr_weight`, normalised over valid rows.
 
     `valid` [B] bool marks rows that count (e.g. rows with any loss token); invalid rows get 0.
-    Normalisation is done in log space (softmax), so large lambda * R does not overflow.
+    Normalisation is done relative to the largest weight (a softmax), so a large lambda * R does
+    not overflow.
     """
     check_choice("weight_norm", weight_norm, WEIGHT_NORMS)
     rewards = jnp.asarray(rewards, jnp.float32)
@@ -85,11 +99,11 @@ def rwr_weights(rewards: jax.Array, reward_lambda: float = 1.0, weight_norm: str
         raise ValueError(f"rewards must be [batch], got shape {rewards.shape}")
     valid = jnp.ones(rewards.shape, bool) if valid is None else valid.astype(bool)
     if weight_norm == "none":
-        return jnp.where(valid, jnp.exp(reward_lambda * rewards), 0.0)
-    # Softmax over valid rows; an all-invalid batch gives all zeros rather than NaN.
-    logits = jnp.where(valid, reward_lambda * rewards, -jnp.inf)
-    peak = jnp.max(logits)
-    unnorm = jnp.where(valid, jnp.exp(logits - jnp.where(jnp.isfinite(peak), peak, 0.0)), 0.0)
+        return jnp.where(valid, rwr_weight(rewards, reward_lambda), 0.0)
+    # exp(lambda (R - R_peak)) = w / w_peak <= 1, with R_peak the valid reward of the largest weight;
+    # an all-invalid batch gives all zeros rather than NaN.
+    peak_row = jnp.argmax(jnp.where(valid, reward_lambda * rewards, -jnp.inf))
+    unnorm = jnp.where(valid, rwr_weight(rewards - rewards[peak_row], reward_lambda), 0.0)
     softmax = unnorm / jnp.maximum(jnp.sum(unnorm), jnp.finfo(jnp.float32).tiny)
     if weight_norm == "softmax":
         return softmax

@@ -2,7 +2,7 @@
 
 `build_train_step` turns a per-micro-batch loss into one jitted
 `step(params, opt_state, batch) -> (params, opt_state, metrics)` with explicit in/out shardings
-(params by `sharding.param_shardings`, the batch over data x fsdp), donated params and optimizer
+(params by `models.param_shardings`, the batch over data x fsdp), donated params and optimizer
 state, and gradient accumulation over micro-batches with `lax.scan`.
 
 Precision: gradients are accumulated in float32 and the optimizer state is float32. The update is
@@ -24,9 +24,9 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from genenv_jax import sharding
-from genenv_jax.models import ModelConfig, param_shapes
-from genenv_jax.rl.optim import init_opt_state, opt_state_shardings, to_float32
+from genenv_jax.models import ModelConfig, param_shapes, param_shardings, shard_params
+from genenv_jax.parallel import BATCH_AXES, abstract_like, mesh_context, shard_batch, split_micro_batches
+from genenv_jax.rl.optim import current_learning_rate, init_opt_state, opt_state_shardings, to_float32
 
 Params = Any
 Batch = Mapping[str, jax.Array]
@@ -42,9 +42,13 @@ GateFn = Callable[[Metrics], tuple[jax.Array, jax.Array]]
 
 @dataclasses.dataclass(frozen=True)
 class TrainStep:
-    """A jitted update step and the shardings it expects. Call it like the function it wraps."""
+    """A jitted update step and the shardings it expects. Call it like the function it wraps.
+
+    Without a mesh, `param_shardings` and `opt_shardings` are None (the default device).
+    """
 
     fn: Callable[..., tuple[Params, Any, Metrics]]
+    cfg: ModelConfig
     optimizer: optax.GradientTransformation
     mesh: Mesh | None
     param_shardings: Any
@@ -54,7 +58,7 @@ class TrainStep:
     def _context(self):
         if self.mesh is None:
             return contextlib.nullcontext()
-        return sharding.mesh_context(self.mesh, self.rules)
+        return mesh_context(self.mesh, self.rules)
 
     def __call__(self, params: Params, opt_state: Any, batch: Batch) -> tuple[Params, Any, Metrics]:
         with self._context():
@@ -67,15 +71,24 @@ class TrainStep:
 
     def place_params(self, params: Params) -> Params:
         """Puts params on this step's param shardings (no-op placement without a mesh)."""
-        return params if self.mesh is None else sharding.shard_params(params, self.param_shardings)
+        return params if self.mesh is None else shard_params(params, self.param_shardings)
 
     def place_batch(self, batch: Batch) -> Batch:
         """Puts a host batch on the mesh, batch axis over data x fsdp."""
-        return jax.device_put(dict(batch)) if self.mesh is None else sharding.shard_batch(dict(batch), self.mesh)
+        return jax.device_put(dict(batch)) if self.mesh is None else shard_batch(dict(batch), self.mesh)
 
     def init_opt_state(self, params: Params) -> Any:
         """Float32 optimizer state for `params`, sharded like them."""
         return init_opt_state(self.optimizer, params, self.opt_shardings)
+
+    def abstract_params(self) -> Params:
+        """ShapeDtypeStructs of the params with this step's shardings (e.g. a checkpoint restore target)."""
+        return abstract_like(param_shapes(self.cfg), self.param_shardings)
+
+    def abstract_opt_state(self) -> Any:
+        """ShapeDtypeStructs of the float32 optimizer state with this step's shardings."""
+        shapes = jax.eval_shape(lambda p: self.optimizer.init(to_float32(p)), param_shapes(self.cfg))
+        return abstract_like(shapes, self.opt_shardings)
 
 
 def check_batch(batch: Batch, required: tuple[str, ...], micro_batches: int, batch_devices: int,
@@ -98,34 +111,6 @@ def check_batch(batch: Batch, required: tuple[str, ...], micro_batches: int, bat
     return size
 
 
-def _split_micro_batches(x: jax.Array, micro_batches: int, mesh: Mesh | None) -> jax.Array:
-    """[B, ...] -> [M, B/M, ...]; micro-batch m takes rows m, m+M, m+2M, ... .
-
-    Interleaving keeps every micro-batch spread evenly over the devices that hold the batch
-    (each device's contiguous block of rows contributes to every micro-batch), so no data moves.
-    """
-    size = x.shape[0]
-    x = x.reshape(size // micro_batches, micro_batches, *x.shape[1:]).swapaxes(0, 1)
-    if mesh is not None:
-        x = jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(None, sharding.BATCH_AXES)))
-    return x
-
-
-def _injected_learning_rate(opt_state: Any) -> jax.Array | None:
-    """The learning rate an `optax.inject_hyperparams` state holds, if the optimizer has one."""
-    found = []
-
-    def visit(node):
-        hyperparams = getattr(node, "hyperparams", None)
-        if isinstance(hyperparams, dict) and "learning_rate" in hyperparams:
-            found.append(hyperparams["learning_rate"])
-            return True
-        return False
-
-    jax.tree.leaves(opt_state, is_leaf=visit)
-    return found[0] if found else None
-
-
 def build_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, loss_fn: LossFn,
                      prepare: PrepareFn, required_keys: tuple[str, ...], *, gate: GateFn | None = None,
                      mesh: Mesh | None = None, micro_batches: int = 1, rules: Any = None,
@@ -142,11 +127,11 @@ def build_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, 
     if cfg.param_dtype != "float32":
         logging.warning("%s: params are %s; updates much smaller than the weights (small learning "
                         "rates) are rounded away. Prefer float32 master params.", rule, cfg.param_dtype)
-    batch_devices = 1 if mesh is None else math.prod(mesh.shape[a] for a in sharding.BATCH_AXES)
+    batch_devices = 1 if mesh is None else math.prod(mesh.shape[a] for a in BATCH_AXES)
     if mesh is None:
         p_shardings = o_shardings = None
     else:
-        p_shardings = sharding.param_shardings(cfg, mesh, rules)
+        p_shardings = param_shardings(cfg, mesh, rules)
         o_shardings = opt_state_shardings(optimizer, p_shardings, param_shapes(cfg), mesh)
 
     def constrain_like_params(tree):
@@ -158,7 +143,7 @@ def build_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, 
         batch = dict(batch)
         check_batch(batch, required_keys, micro_batches, batch_devices, rule)
         batch, norms, direct_metrics = prepare(batch)
-        micro = jax.tree.map(lambda x: _split_micro_batches(x, micro_batches, mesh), batch)
+        micro = jax.tree.map(lambda x: split_micro_batches(x, micro_batches, mesh), batch)
 
         def accumulate(grad_sum, micro_batch):
             (_, metrics), grads = grad_fn(params, micro_batch, norms)
@@ -184,8 +169,8 @@ def build_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, 
             applied, scale = gate(metrics)
             new_params, new_opt_state = jax.lax.cond(
                 applied, lambda: apply_update(scale), lambda: (params, opt_state))
-        metrics["grad_norm"] = jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads)))
-        learning_rate = _injected_learning_rate(new_opt_state)
+        metrics["grad_norm"] = optax.tree.norm(grads)
+        learning_rate = current_learning_rate(new_opt_state)
         if learning_rate is not None:
             metrics["learning_rate"] = jnp.asarray(learning_rate, jnp.float32)
         metrics.update(direct_metrics)
@@ -195,9 +180,9 @@ def build_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, 
     if mesh is None:
         fn = jax.jit(step, donate_argnums=donate_argnums)
     else:
-        batch_prefix = NamedSharding(mesh, P(sharding.BATCH_AXES))  # every batch leaf: rows over data x fsdp
+        batch_prefix = NamedSharding(mesh, P(BATCH_AXES))  # every batch leaf: rows over data x fsdp
         replicated = NamedSharding(mesh, P())
         fn = jax.jit(step, in_shardings=(p_shardings, o_shardings, batch_prefix),
                      out_shardings=(p_shardings, o_shardings, replicated), donate_argnums=donate_argnums)
-    return TrainStep(fn=fn, optimizer=optimizer, mesh=mesh, param_shardings=p_shardings,
+    return TrainStep(fn=fn, cfg=cfg, optimizer=optimizer, mesh=mesh, param_shardings=p_shardings,
                      opt_shardings=o_shardings, rules=rules)

@@ -6,10 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-
-def next_power_of_two(n: int) -> int:
-    """Smallest power of two >= n (n >= 1)."""
-    return 1 << max(int(n) - 1, 0).bit_length()
+from genenv_jax.bucketing import next_power_of_two
 
 
 def bucket_size(n: int, buckets: Sequence[int] | None, minimum: int, what: str) -> int:
@@ -22,10 +19,6 @@ def bucket_size(n: int, buckets: Sequence[int] | None, minimum: int, what: str) 
     if not fitting:
         raise ValueError(f"{what} {n} exceeds the largest bucket {max(buckets)}; add a bigger bucket")
     return fitting[0]
-
-
-def round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
 
 
 def rows_per_chunk(batch: int, prompt_len: int, shards: int, chunk_tokens: int) -> int:

@@ -1,4 +1,4 @@
-"""Device mesh (data, fsdp, tensor), logical-axis rules, and param / batch shardings.
+"""Device mesh (data, fsdp, tensor), logical-axis rules, batch shardings, multi-host start-up.
 
 Model code names array axes logically ('embed', 'mlp', 'q_heads', ...); `LOGICAL_RULES` maps them
 to mesh axes, MaxText style. A mesh axis that does not divide an array dimension is dropped for
@@ -103,20 +103,6 @@ def logical_to_spec(logical: P | Sequence[str | None], shape: Sequence[int], mes
         used.update(chosen)
         out.append(None if not chosen else chosen[0] if len(chosen) == 1 else tuple(chosen))
     return P(*out)
-
-
-def param_shardings(cfg, mesh: Mesh, rules=None):
-    """A NamedSharding per param of a `ModelConfig`, from its logical axes."""
-    from genenv_jax.models import param_logical_axes, param_shapes
-
-    logical, shapes = param_logical_axes(cfg), param_shapes(cfg)
-    return jax.tree.map(lambda spec, s: NamedSharding(mesh, logical_to_spec(spec, s.shape, mesh, rules)),
-                        logical, shapes, is_leaf=lambda x: isinstance(x, P))
-
-
-def shard_params(params, shardings):
-    """Places (or reshards) a param tree onto the given shardings."""
-    return jax.device_put(params, shardings)
 
 
 def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:

@@ -1,0 +1,122 @@
+"""The Qwen2 decoder with a KV cache: prefill of left-padded prompts, then one token per step.
+
+Same layer maths as the training forward (`primitives.decoder_layer`); only the keys a query
+sees differ. The cache layout, and why:
+- one K and one V buffer per layer, `[B, K, S, H]` (S = cache slots), in the compute dtype. Every
+  layer owns its buffers, so a decode step writes one token per layer with an in-place
+  `dynamic_update_slice` of a while-loop carry and reads each layer's cache once (one stacked
+  cache threaded through a layer scan would rewrite each layer's whole slice per step);
+- kv heads come before slots, so decode attention is a batched matmul over (batch, kv head)
+  straight off the cache, with no transposed copy;
+- the layers are unrolled over unstacked weights (`unstack_layers`): no step slices the stacked
+  weights, and the whole step is one program without per-layer dynamic slicing.
+
+Shape letters: B batch, P prompt length, S cache slots, D hidden, K kv heads, H head dim,
+V vocabulary, R rows per prefill chunk, C chunks.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from genenv_jax.models import primitives
+from genenv_jax.models.config import ModelConfig
+from genenv_jax.models.params import Params
+from genenv_jax.models.primitives import Constrain, no_constraint
+
+LayerCache = tuple[jax.Array, jax.Array]  # (k, v), each [B, K, S, H]
+Caches = tuple[LayerCache, ...]  # one per layer
+CACHE_AXES = ("batch", "kv_heads", None, None)  # logical axes of one [B, K, S, H] buffer
+
+
+def unstack_layers(params: Params) -> Params:
+    """Model params with `layers` split into a tuple of per-layer trees (leading axis removed)."""
+    stacked = params["layers"]
+    num_layers = jax.tree.leaves(stacked)[0].shape[0]
+    layers = tuple(jax.tree.map(lambda a, i=i: a[i], stacked) for i in range(num_layers))
+    return {**{k: v for k, v in params.items() if k != "layers"}, "layers": layers}
+
+
+def new_caches(cfg: ModelConfig, shape_prefix: tuple[int, ...], cache_len: int,
+               constrain: Constrain = no_constraint, logical_prefix: tuple[str | None, ...] = ("batch",),
+               ) -> Caches:
+    """Zeroed per-layer caches [*shape_prefix, K, S, H] in the compute dtype."""
+    shape = (*shape_prefix, cfg.num_kv_heads, cache_len, cfg.head_dim)
+    logical = (*logical_prefix, "kv_heads", None, None)
+    zeros = lambda: constrain(jnp.zeros(shape, cfg.jnp_dtype), logical)  # noqa: E731
+    return tuple((zeros(), zeros()) for _ in range(cfg.num_layers))
+
+
+def _final_logits(cfg: ModelConfig, params: Params, x: jax.Array) -> jax.Array:
+    """float32 logits [B, V] of the last position of x [B, T, D]."""
+    return primitives.lm_logits(cfg, params, primitives.rms_norm(cfg, params["final_norm"], x[:, -1]))
+
+
+def prefill(cfg: ModelConfig, params: Params, tokens: jax.Array, prompt_mask: jax.Array, cache_len: int,
+            rows_per_chunk: int, constrain: Constrain = no_constraint) -> tuple[Caches, jax.Array]:
+    """Runs left-padded prompts [B, P] and fills cache slots [0, P); `params` from `unstack_layers`.
+
+    Rows go through in chunks of `rows_per_chunk` (a `lax.scan`) to bound the [R, N, P, P]
+    attention scores; chunk c holds rows b = r * C + c, so a batch sharded in contiguous blocks
+    stays local to its devices. Returns per-layer caches [B, K, cache_len, H] and the float32
+    logits [B, V] of the last prompt slot (every prompt ends there: left padding).
+    """
+    batch = tokens.shape[0]
+    rows = rows_per_chunk
+    if batch % rows:
+        raise ValueError(f"batch {batch} is not a multiple of rows_per_chunk {rows}")
+    chunks = batch // rows
+    positions = primitives.default_positions(tokens, prompt_mask)  # [B, P]
+
+    def by_chunk(a):  # [B, ...] -> [C, R, ...]
+        return a.reshape(rows, chunks, *a.shape[1:]).swapaxes(0, 1)
+
+    def chunk_body(caches, xs):
+        c, tok, pos, valid = xs  # tok/pos/valid [R, P]
+        x = primitives.embed_tokens(cfg, params, tok)  # [R, P, D]
+        cos, sin = primitives.rope_angles(pos, cfg.head_dim, cfg.rope_theta)
+        mask = primitives.causal_mask(valid)  # [R, P, P]
+
+        def attend(cache, q, k, v):  # the prompt attends to itself; k, v [R, K, P, H] fill slots [0, P)
+            stored = tuple(jax.lax.dynamic_update_slice(buf, new[:, None].astype(buf.dtype), (0, c, 0, 0, 0))
+                           for buf, new in zip(cache, (k, v)))
+            return primitives.grouped_query_attention(q, k, v, mask), stored
+
+        updated = []
+        for layer, cache in zip(params["layers"], caches):
+            x, cache = primitives.decoder_layer(cfg, layer, x, cos, sin, functools.partial(attend, cache), constrain)
+            updated.append(cache)
+        return tuple(updated), _final_logits(cfg, params, x)
+
+    caches = new_caches(cfg, (rows, chunks), cache_len, constrain, ("batch", None))  # [R, C, K, S, H]
+    xs = (jnp.arange(chunks), by_chunk(tokens), by_chunk(positions), by_chunk(prompt_mask.astype(bool)))
+    caches, last_logits = jax.lax.scan(chunk_body, caches, xs)  # last_logits [C, R, V]
+    caches = tuple(tuple(constrain(a.reshape(batch, *a.shape[2:]), CACHE_AXES) for a in layer) for layer in caches)
+    last_logits = last_logits.swapaxes(0, 1).reshape(batch, -1)  # [B, V]
+    return caches, constrain(last_logits, ("batch", "vocab"))
+
+
+def decode_step(cfg: ModelConfig, params: Params, caches: Caches, tokens: jax.Array, positions: jax.Array,
+                slot: jax.Array, key_mask: jax.Array, constrain: Constrain = no_constraint,
+                ) -> tuple[jax.Array, Caches]:
+    """One token per row: tokens/positions [B] written at cache `slot`; key_mask [B, S] marks the
+    slots each row may attend to (the new slot included). Returns float32 logits [B, V] and the
+    updated caches. `params` from `unstack_layers`."""
+    x = primitives.embed_tokens(cfg, params, tokens[:, None])  # [B, 1, D]
+    cos, sin = primitives.rope_angles(positions[:, None], cfg.head_dim, cfg.rope_theta)
+    mask = key_mask[:, None, :]  # [B, 1, S]
+
+    def attend(cache, q, k, v):  # k, v [B, K, 1, H] go to `slot`; the query attends over the cache
+        k_cache, v_cache = (jax.lax.dynamic_update_slice(buf, new.astype(buf.dtype), (0, 0, slot, 0))
+                            for buf, new in zip(cache, (k, v)))
+        out = primitives.grouped_query_attention(q, k_cache.astype(q.dtype), v_cache.astype(q.dtype), mask)
+        return out, (k_cache, v_cache)
+
+    updated = []
+    for layer, cache in zip(params["layers"], caches):
+        x, cache = primitives.decoder_layer(cfg, layer, x, cos, sin, functools.partial(attend, cache), constrain)
+        updated.append(cache)
+    return constrain(_final_logits(cfg, params, x), ("batch", "vocab")), tuple(updated)
