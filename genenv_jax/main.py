@@ -1,22 +1,64 @@
 """GenEnv co-evolution: `python -m genenv_jax.main --config=configs/bfcl.py[:preset] --workdir=DIR`.
 
-Overrides: `--config.epochs=3 --config.agent.model_dir=/ckpt/Qwen2.5-7B-Instruct ...`. A run
-resumes from the latest checkpoint in its workdir.
+`--config` takes a config file path (from any directory) or the name of a packaged config
+(`--config=bfcl:tiny`). Overrides: `--config.epochs=3 --config.agent.model_dir=/ckpt/Qwen2.5-7B-Instruct`.
+A run resumes from the latest checkpoint in its workdir. Every expected failure (a bad key or
+value, a broken model dir, a locked workdir, an unreadable checkpoint) ends with one line naming
+the cause and exit status 2.
 """
 
+from __future__ import annotations
+
 import sys
+from typing import Sequence
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from genenv_jax import sharding
-from genenv_jax.coevolve import CoEvolution, NonFiniteLossError, validate_config
-from genenv_jax.metrics import summary_table
-
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/bfcl.py:tiny.",
-                                          lock_config=True)
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file or packaged config name, e.g. "
+                                          "configs/bfcl.py:tiny or bfcl:tiny.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, pools, metrics, plots); "
                                "default runs/<domain>-<preset>.")
+
+
+def resolve_config_argument(argv: Sequence[str]) -> list[str]:
+    """Rewrites `--config=NAME[:preset]` to the packaged config's file when NAME is not a file path."""
+    from genenv_jax.configs import config_path
+
+    out = []
+    for arg in argv:
+        if arg.startswith("--config="):
+            value = arg[len("--config="):]
+            name, sep, preset = value.partition(":")
+            path = config_path(name)
+            if path is not None and not name.endswith(".py"):
+                arg = f"--config={path}{sep}{preset}"
+        out.append(arg)
+    return out
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+    """absl flag parsing with config errors (unknown key, bad file, bad value) as one line."""
+    try:
+        return flags.FLAGS(resolve_config_argument(argv))
+    except flags.Error as e:
+        _die(f"bad command line: {_one_line(e)}")
+    except (AttributeError, KeyError) as e:  # ml_collections: an override names a key the config lacks
+        key = str(e).strip("\"'")
+        _die(f"unknown config key {key!r} in an override (run with --config=... only to see the valid keys "
+             "in the config file)")
+    except (FileNotFoundError, ImportError, ValueError, TypeError) as e:
+        _die(f"cannot load the config: {_one_line(e)}")
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return (text[-1] if text else type(e).__name__).strip()
+
+
+def _die(message: str) -> None:
+    print(f"genenv_jax: error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def main(argv):
@@ -24,18 +66,28 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # Orbax / JAX info logs drown the progress bars; -v 0 shows them
-    sharding.initialize_distributed()
-    config = _CONFIG.value
-    validate_config(config)
-    workdir = _WORKDIR.value or f"runs/{config.domain.name}-{config.get('preset_name', 'custom')}"
-    logging.info("workdir %s", workdir)
-    loop = CoEvolution(config, workdir)
+    import jax
+
+    from genenv_jax.checkpointing import CheckpointError
+    from genenv_jax.loop import CoEvolution, NonFiniteLossError
+    from genenv_jax.metrics import summary_table
+    from genenv_jax.parallel import initialize_distributed
+    from genenv_jax.run_config import ConfigError, RunConfig
+    from genenv_jax.workdir_lock import WorkdirLockedError
+
+    initialize_distributed()
     try:
-        rows = loop.run()
+        config = RunConfig.from_config_dict(_CONFIG.value, num_devices=jax.device_count())
+        workdir = _WORKDIR.value or config.default_workdir()
+        rows = CoEvolution(config, workdir).run()
     except NonFiniteLossError as e:
-        logging.error("stopped: %s. The last checkpoint in %s is intact; lower the learning rate and "
-                      "rerun the same command to resume.", e, workdir)
-        sys.exit(2)
+        _die(f"{e}. The last checkpoint is intact; lower the learning rate and rerun the same command to resume.")
+    except (ConfigError, CheckpointError, WorkdirLockedError) as e:
+        _die(_one_line(e))
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
+        _die(f"{_one_line(e)} (check the config's paths and --workdir)")
+    except OSError as e:
+        _die(f"{_one_line(e)} (disk full or not writable? the last checkpoint is intact; rerun to resume)")
     print(f"\nGenEnv ({config.mode}) on {config.domain.name}: {len(rows)} epochs in {workdir}\n")
     print(summary_table(rows))
     print(f"\ncurves: {workdir}/curves.png  metrics: {workdir}/metrics.jsonl  "
@@ -44,4 +96,4 @@ def main(argv):
 
 if __name__ == "__main__":
     flags.mark_flag_as_required("config")
-    app.run(main)
+    app.run(main, flags_parser=_parse_flags)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from genenv_jax.metrics import MetricsWriter, plot_curves, read_metrics, summary_table, truncate_metrics
-from genenv_jax.packing import length_bucket, pack_sequences, padded_row_count
+from genenv_jax.loop.packing import length_bucket, pack_sequences, padded_row_count
 
 
 def test_pack_sequences_layout():
@@ -53,7 +53,12 @@ def test_metrics_files_plot_and_summary(tmp_path):
     assert "| 2 | 1 | 0.2 | 0.5 |" in table
 
 
-def test_read_metrics_skips_a_line_cut_by_a_crash(tmp_path):
+def test_a_line_cut_by_a_crash_is_skipped_with_a_warning_and_kept_aside_on_resume(tmp_path, caplog):
     path = tmp_path / "metrics.jsonl"
     path.write_text(json.dumps({"epoch": 0, "x": 1}) + "\n" + '{"epoch": 1, "x"')
     assert read_metrics(path) == [{"epoch": 0, "x": 1}]
+    assert any("skipped 1 bad line(s) (line 2: not JSON" in r.getMessage() for r in caplog.records)
+    truncate_metrics(path, 0)
+    assert path.read_text() == json.dumps({"epoch": 0, "x": 1}) + "\n"
+    [aside] = tmp_path.glob("metrics.jsonl.bad-*")
+    assert aside.read_text().endswith('{"epoch": 1, "x"')

@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from genenv_jax.sampling.buckets import next_power_of_two, round_up
+from genenv_jax.bucketing import next_power_of_two, round_up
 
 
 def length_bucket(n: int, minimum: int = 16) -> int:

@@ -1,0 +1,126 @@
+"""The one config tree shared by every benchmark; benchmark configs override parts of it.
+
+`genenv_jax.run_config.RunConfig.from_config_dict` validates this tree once, at the edge, and turns it
+into frozen dataclasses; nothing inside the loop reads the ConfigDict. Defaults are the GenEnv
+paper's and its reference code's hyperparameters (docs/coevolve.md lists them with their source).
+"""
+
+from ml_collections import ConfigDict
+from ml_collections.config_dict import placeholder
+
+
+def sampling_config(temperature: float, max_new_tokens: int, max_prompt_len: int) -> ConfigDict:
+    """How a policy samples; `temperature` is also the temperature of its loss's logprobs."""
+    return ConfigDict({
+        "temperature": temperature,
+        "top_k": 0,          # 0: off
+        "top_p": 1.0,        # 1.0: off
+        "max_new_tokens": max_new_tokens,
+        "max_prompt_len": max_prompt_len,  # longer prompts are skipped and counted
+        "batch_size": 64,    # rows per sampler call (the sampler buckets lengths)
+    })
+
+
+def optimizer_config(learning_rate: float) -> ConfigDict:
+    return ConfigDict({
+        "learning_rate": learning_rate, "schedule": "constant", "warmup_steps": 0,
+        "total_steps": placeholder(int), "end_lr_factor": 0.0, "weight_decay": 0.01,
+        "b1": 0.9, "b2": 0.999, "eps": 1e-8, "grad_clip": 1.0, "decay_norms_and_biases": True,
+    })
+
+
+def policy_config(*, temperature: float, max_new_tokens: int, max_prompt_len: int, learning_rate: float,
+                  tasks_per_step: int, loss: ConfigDict) -> ConfigDict:
+    """One trained LLM: where its weights come from, how it samples, its optimizer and update."""
+    return ConfigDict({
+        "model_dir": "",     # HF checkpoint (config.json + safetensors); "" -> random init of `preset`
+        "preset": "qwen2.5-7b",
+        "allow_random_init": False,  # random weights for a preset over 100M params must be asked for
+        "param_dtype": "bfloat16",   # sampling copy; training keeps float32 master params
+        "dtype": "bfloat16",         # compute dtype
+        "remat_policy": "dots_with_no_batch_dims_saveable",
+        "scan_layers": True,
+        "sampling": sampling_config(temperature, max_new_tokens, max_prompt_len),
+        "optimizer": optimizer_config(learning_rate),
+        "train": ConfigDict({
+            "tasks_per_step": tasks_per_step,  # tasks per optimizer step (agent: x rollouts_per_task rows)
+            "micro_batches": 1,                # gradient accumulation within a step
+            "passes": 1,                       # passes over the epoch's data (the agent's PPO epochs)
+            "loss": loss,
+        }),
+    })
+
+
+def grpo_loss() -> ConfigDict:
+    """rl.GRPOConfig without temperature (the agent's sampling temperature is used)."""
+    return ConfigDict({
+        "clip_low": 0.2, "clip_high": 0.2, "kl_coef": 1e-3, "kl_estimator": "k3", "kl_clamp": 10.0,
+        "entropy_coef": 1e-3, "aggregation": "token_mean", "chunk_size": 512,
+        "adv_eps": 1e-6, "std_ddof": 1, "normalize_by_std": True,
+    })
+
+
+def rwr_loss() -> ConfigDict:
+    """rl.RWRConfig without temperature (the simulator's sampling temperature is used)."""
+    return ConfigDict({
+        "reward_lambda": 1.0, "weight_norm": "mean", "aggregation": "token_mean", "kl_coef": 0.1,
+        "kl_estimator": "k3", "kl_clamp": 10.0, "kl_threshold": placeholder(float),
+        "kl_threshold_mode": "skip", "chunk_size": 512,
+    })
+
+
+def get_config() -> ConfigDict:
+    c = ConfigDict()
+    c.seed = 0
+    c.mode = "genenv"          # genenv | random (simulator never updated) | static (variants generated once)
+    c.epochs = 10
+    c.mesh = ConfigDict({"data": 1, "fsdp": -1, "tensor": 1})
+    c.allow_config_change = False  # resuming with changed settings that alter the run's meaning
+
+    # Agent: GRPO on this epoch's rollouts (batch 64 tasks, PPO mini-batch 16, lr 1e-6).
+    c.agent = policy_config(temperature=1.0, max_new_tokens=512, max_prompt_len=4096, learning_rate=1e-6,
+                            tasks_per_step=16, loss=grpo_loss())
+    # Simulator: reward-weighted regression on in-band generated tasks, KL to its initial weights.
+    c.simulator = policy_config(temperature=1.0, max_new_tokens=1024, max_prompt_len=4096, learning_rate=5e-7,
+                                tasks_per_step=64, loss=rwr_loss())
+    c.simulator.share_agent_init = True   # start from the agent's initial weights (the paper's setup)
+    c.tokenizer_dir = ""                  # "" -> the agent's model_dir, else the bundled Qwen2.5 tokenizer
+
+    c.domain = ConfigDict({
+        "name": "",              # a registered domain (genenv_jax.domains.DOMAINS)
+        "options": ConfigDict(),  # keyword args of the domain's constructor
+        "seed_split": "train",
+        "max_seeds": 0,           # 0: every seed of the split
+        "seed_order": "file",     # file | shortest (shortest prompt + answer first; for tiny CPU runs)
+    })
+
+    # Per epoch: seeds -> variants -> n agent rollouts per variant. alpha / k_min also steer the
+    # difficulty the simulator is asked for.
+    c.curriculum = ConfigDict({
+        "alpha": 0.5, "beta": 2.0, "k_min": 0.1,
+        "granularity": "variant",           # variant | seed_batch
+        "success_threshold": placeholder(float),
+    })
+    c.seeds_per_epoch = 64
+    c.variants_per_seed = 1
+    c.rollouts_per_task = 8
+    c.seed_selection = ConfigDict({
+        "strategy": "variance",             # variance (DreamGym: rollout-reward variance) | uniform
+        "explore_fraction": 0.25,           # share of seeds drawn uniformly even under `variance`
+    })
+    c.static_variants_per_seed = 6          # mode=static: variants generated once, up front (paper: 6x)
+    c.replay = ConfigDict({
+        "tasks_per_epoch": 0,               # tasks replayed from D_train / base seeds each epoch
+        "base_ratio": 0.5, "historical_ratio": 0.5,
+    })
+
+    # Optional supervised warm-start on seed data (needed for tiny random models to emit parseable text).
+    c.warmstart = ConfigDict({
+        "enabled": False, "agent_steps": 0, "simulator_steps": 0, "batch_size": 8, "learning_rate": 1e-3,
+        "num_seeds": 0,                 # 0: every training seed
+        "simulator_target": "next",     # next | shortest: which sibling task each seed's SFT target shows
+    })
+
+    c.checkpoint = ConfigDict({"keep": 3, "every_epochs": 1})
+    c.log = ConfigDict({"samples_per_epoch": 16, "progress_bars": True})
+    return c

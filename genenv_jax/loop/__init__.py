@@ -1,0 +1,7 @@
+"""The co-evolution loop: typed state, task sources, rollouts, updates, records, checkpoint/resume."""
+
+from genenv_jax.loop.coevolution import POOLS, CoEvolution
+from genenv_jax.loop.policy import NonFiniteLossError, Policy
+from genenv_jax.loop.state import LoopState, PolicyState, SeedStats
+
+__all__ = ["CoEvolution", "LoopState", "NonFiniteLossError", "POOLS", "Policy", "PolicyState", "SeedStats"]

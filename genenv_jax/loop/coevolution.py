@@ -1,0 +1,192 @@
+"""The GenEnv co-evolution loop.
+
+Each epoch: choose seeds -> the simulator writes variants -> parse and validate -> n agent
+rollouts per task -> R_agent -> p_hat, R_env, band filter -> GRPO on the agent -> RWR on the
+simulator (in-band tasks only) -> pools -> checkpoint -> metrics.
+
+Modes: `genenv` (both policies learn), `random` (the simulator generates every epoch but is never
+updated) and `static` (variants generated once, up front, then drawn from each epoch).
+Everything an epoch draws at random comes from (config.seed, epoch, stream), so a run resumed from
+the checkpoint of epoch e replays epoch e + 1 exactly as an uninterrupted run would.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import time
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from genenv_jax import curriculum
+from genenv_jax.checkpointing import Checkpointer
+from genenv_jax.domains import get_domain
+from genenv_jax.loop import learning, records
+from genenv_jax.loop.context import ChatText, LoopContext, training_seeds
+from genenv_jax.loop.persistence import check_config_change, load_state, save_state
+from genenv_jax.loop.policy import Policy, build_policy, copy_params
+from genenv_jax.loop.rollouts import rollouts
+from genenv_jax.loop.state import RECENT_SUCCESS_KEPT, LoopState, SeedStats
+from genenv_jax.loop.tasks import GeneratedTasks, StaticTasks, TaskGenerator, replay_tasks
+from genenv_jax.metrics import MetricsWriter, plot_curves, read_metrics, summary_table, truncate_metrics
+from genenv_jax.parallel import make_mesh
+from genenv_jax.pools import Pool
+from genenv_jax.run_config import RunConfig
+from genenv_jax.sampling import Sampler
+from genenv_jax.workdir_lock import WorkdirLock
+
+POOLS = ("d_train", "d_env", "static_tasks")
+
+
+class CoEvolution:
+    """Runs GenEnv for `config.epochs` epochs in `workdir`, resuming from its latest checkpoint."""
+
+    def __init__(self, config: RunConfig, workdir: str | os.PathLike):
+        self.config = config
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.mesh = make_mesh(config.mesh)
+        text = ChatText.load(config.tokenizer_dir or config.agent.model_dir or None)
+        domain = get_domain(config.domain.name, **config.domain.options)
+        self.ctx = LoopContext(config, domain, text, training_seeds(config, domain, text))
+        samplers: dict = {}
+
+        def policy(settings) -> Policy:
+            cfg = settings.model_config().replace(param_dtype=settings.param_dtype)
+            if cfg not in samplers:  # agent and simulator of one shape share compiled programs
+                samplers[cfg] = Sampler(cfg, self.mesh, pad_id=text.pad_id)
+            warm_lr = config.warmstart.learning_rate if config.warmstart.enabled else None
+            return build_policy(settings, self.mesh, samplers[cfg], warmstart_lr=warm_lr)
+
+        self.agent = policy(config.agent)
+        self.simulator = policy(config.simulator)
+        self.pools = {name: Pool(self.workdir / "pools", name) for name in POOLS}
+        generator = TaskGenerator(self.ctx, self.simulator)
+        self.task_source = (StaticTasks(self.ctx, generator, self.pools["static_tasks"]) if config.mode == "static"
+                            else GeneratedTasks(self.ctx, generator))
+        self.checkpointer = Checkpointer(self.workdir / "checkpoints", max_to_keep=config.checkpoint.keep)
+        self.warmstart_metrics: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ state
+    def initial_weights(self):
+        """(agent, simulator) params as the config defines them, before any training."""
+        agent = self.agent.initial_params(self.config.seed)
+        if self.config.share_agent_init:
+            return agent, copy_params(agent)
+        return agent, self.simulator.initial_params(self.config.seed + 1)
+
+    def fresh_state(self) -> LoopState:
+        """Initial (optionally warm-started) weights, their references and optimizer states; epoch -1."""
+        agent, simulator = self.initial_weights()
+        if self.config.warmstart.enabled:
+            agent_rows, simulator_rows = learning.warmstart_examples(self.ctx)
+            agent, m_agent = learning.warmstart(self.ctx, self.agent, agent, agent_rows)
+            simulator, m_sim = learning.warmstart(self.ctx, self.simulator, simulator, simulator_rows)
+            self.warmstart_metrics = m_agent | m_sim
+        return LoopState(epoch=-1, agent=self.agent.new_state(agent), simulator=self.simulator.new_state(simulator),
+                         warm_started=self.config.warmstart.enabled)
+
+    def load_or_init(self) -> LoopState:
+        check_config_change(self.checkpointer, self.config)
+        targets = {"agent": self.agent.abstract_state(with_reference=True),
+                   "simulator": self.simulator.abstract_state(with_reference=True)}
+        state = load_state(self.checkpointer, targets, self.pools)
+        if state is None:
+            (self.workdir / "metrics.jsonl").unlink(missing_ok=True)  # rows of a run that never checkpointed
+            return self.fresh_state()
+        logging.info("resuming after epoch %d from %s", state.epoch, self.checkpointer.directory)
+        truncate_metrics(self.workdir / "metrics.jsonl", state.epoch)
+        if state.agent.reference is None:  # references are the initial weights: rebuild them
+            agent, simulator = self.initial_weights()
+            state.agent = state.agent.replace(reference=agent)
+            state.simulator = state.simulator.replace(reference=simulator)
+        return state
+
+    # ------------------------------------------------------------------ epoch
+    def run_epoch(self, state: LoopState, epoch: int) -> dict:
+        """Runs one epoch in place on `state`; returns its metrics. Pools are committed at the end."""
+        c, ctx = self.config, self.ctx
+        t0 = time.time()
+        counters: collections.Counter = collections.Counter()
+
+        # 1-3. Tasks: the simulator's variants of chosen seeds (or draws from the static set).
+        gens = self.task_source.tasks(epoch, state.simulator.params, state.seeds, counters)
+        tasks = [g.task for g in gens if g.task]
+        t_gen = time.time()
+
+        # 4-5. n agent rollouts per task (generated + replayed) and their rewards R_agent.
+        replay = replay_tasks(ctx, self.pools["d_train"], epoch)
+        groups = rollouts(ctx, self.agent, state.agent.params, tasks + replay,
+                          [False] * len(tasks) + [True] * len(replay), epoch, counters)
+        t_roll = time.time()
+
+        # 6. p_hat, R_env and the band on the generated tasks; per-seed stats for the next epoch.
+        fresh = [{"task_id": g.task.task_id, "seed_id": g.task.parent_id or g.task.task_id, "rewards": g.rewards}
+                 for g in groups if not g.replayed]
+        scores = curriculum.score_tasks(fresh, c.curriculum) if fresh else []
+        by_task = {s.task_id: s for s in scores}
+        self._update_seed_stats(state, scores, curriculum.seed_variances(fresh) if fresh else {})
+
+        # 7. GRPO on the agent; 8. RWR on the simulator with in-band tasks (genenv mode only).
+        state.agent, agent_metrics = learning.update_agent(ctx, self.agent, state.agent, groups, epoch)
+        simulator_metrics = {}
+        if c.mode == "genenv":
+            state.simulator, simulator_metrics = learning.update_simulator(
+                ctx, self.simulator, state.simulator, gens, {t: s.r_env for t, s in by_task.items()},
+                {t: s.in_band for t, s in by_task.items()}, epoch)
+        t_upd = time.time()
+
+        # 9. Pools (committed before the checkpoint; resume rolls them back if the checkpoint is missing).
+        self.pools["d_train"].append_epoch(epoch, records.d_train_records(groups))
+        self.pools["d_env"].append_epoch(epoch, records.d_env_records(gens, by_task, c.simulator.train.loss.reward_lambda))
+        records.write_samples(self.workdir / "samples", epoch, gens, groups, c.log.samples_per_epoch)
+        times = {"generate_s": t_gen - t0, "rollouts_s": t_roll - t_gen, "updates_s": t_upd - t_roll}
+        return records.epoch_metrics(gens=gens, generated=None if c.mode == "static" else len(gens), groups=groups,
+                                     scores=scores, replayed=len(replay), times=times) | dict(
+            counters) | agent_metrics | simulator_metrics
+
+    @staticmethod
+    def _update_seed_stats(state: LoopState, scores, variances: dict[str, float]) -> None:
+        for s in scores:  # the simulator's next prompt for this seed sees how the agent did
+            stats = state.seeds.setdefault(s.seed_id, SeedStats())
+            stats.recent_success = (stats.recent_success + [s.task_success])[-RECENT_SUCCESS_KEPT:]
+        for seed_id, variance in variances.items():
+            state.seeds.setdefault(seed_id, SeedStats()).reward_variance = variance
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> list[dict]:
+        """All remaining epochs; returns the per-epoch metric rows of the whole run."""
+        with WorkdirLock(self.workdir):
+            return self._run()
+
+    def _run(self) -> list[dict]:
+        c = self.config
+        try:
+            state = self.load_or_init()
+        except BaseException:
+            self.checkpointer.close()
+            raise
+        metrics = MetricsWriter(self.workdir)
+        try:
+            if state.epoch == -1 and state.warm_started:
+                metrics.write(-1, self.warmstart_metrics)
+            for epoch in range(state.epoch + 1, c.epochs):
+                t0 = time.time()
+                row = self.run_epoch(state, epoch)
+                state.epoch = epoch
+                metrics.write(epoch, row)  # before the checkpoint: resume drops rows it does not cover
+                if (epoch + 1) % c.checkpoint.every_epochs == 0 or epoch == c.epochs - 1:
+                    save_state(self.checkpointer, state, self.pools, c)
+                logging.info("epoch %d: %s", epoch, row)
+                tqdm.write(records.epoch_line(epoch, row, time.time() - t0))
+            self.checkpointer.wait_until_finished()
+        finally:
+            self.checkpointer.close()
+            metrics.close()
+        rows = [r for r in read_metrics(self.workdir / "metrics.jsonl") if r["epoch"] >= 0]
+        plot_curves(rows, self.workdir / "curves.png", title=f"GenEnv ({c.mode}) on {c.domain.name}")
+        (self.workdir / "summary.md").write_text(summary_table(rows) + "\n")
+        self.final_state = state
+        return rows

@@ -1,0 +1,124 @@
+"""The three kinds of update an epoch (or the warm-start) makes, each through `train_steps`:
+GRPO on the agent's rollout groups, RWR on the simulator's in-band generations, SFT on seed data."""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterator, Mapping, Sequence
+
+import numpy as np
+
+from genenv_jax.domains.base import DIFFICULTY_DIRECTIONS, Task
+from genenv_jax.loop.context import (STREAM_GRPO, STREAM_RWR, STREAM_WARMSTART_AGENT, STREAM_WARMSTART_SIMULATOR,
+                                     LoopContext)
+from genenv_jax.loop.policy import Policy
+from genenv_jax.loop.rollouts import RolloutGroup
+from genenv_jax.loop.state import PolicyState
+from genenv_jax.loop.tasks import Generation
+from genenv_jax.loop.updates import TrainRow, batch_shape, summarise, train_steps
+from genenv_jax.rl import grpo_advantages
+
+
+def update_agent(ctx: LoopContext, agent: Policy, state: PolicyState, groups: Sequence[RolloutGroup],
+                 epoch: int) -> tuple[PolicyState, dict]:
+    """GRPO: each pass visits every task's group once, `tasks_per_step` groups per step."""
+    if not groups:
+        return state, {}
+    n, u, loss = ctx.config.rollouts_per_task, agent.settings.train, agent.settings.train.loss
+    rewards = np.asarray([r for g in groups for r in g.rewards], np.float32)
+    adv = np.asarray(grpo_advantages(rewards, n, eps=loss.adv_eps, ddof=loss.std_ddof,
+                                     normalize_by_std=loss.normalize_by_std)).reshape(len(groups), n)
+    rows_of = [[TrainRow(g.prompt, resp, float(a), lp) for resp, lp, a in zip(g.responses, g.logprobs, adv[i])]
+               for i, g in enumerate(groups)]
+    rng = np.random.default_rng(ctx.seed(epoch, STREAM_GRPO))
+    steps = []
+    for _ in range(u.passes):
+        order = rng.permutation(len(groups))
+        steps += [[r for i in order[s:s + u.tasks_per_step] for r in rows_of[i]]
+                  for s in range(0, len(groups), u.tasks_per_step)]
+    shape = batch_shape([r for rows in rows_of for r in rows], u.tasks_per_step * n, agent.rows_multiple,
+                        response_len=agent.settings.sampling.max_new_tokens)
+    state, history = train_steps(agent.train, state, steps, **shape, pad_id=ctx.text.pad_id,
+                                 scalar_key="advantages", desc=f"epoch {epoch}: GRPO",
+                                 show_progress=ctx.config.log.progress_bars)
+    return state, summarise("agent", history)
+
+
+def update_simulator(ctx: LoopContext, simulator: Policy, state: PolicyState, gens: Sequence[Generation],
+                     r_env: Mapping[str, float], in_band: Mapping[str, bool], epoch: int) -> tuple[PolicyState, dict]:
+    """RWR on the generations whose task is in band, each weighted by its R_env."""
+    chosen = [g for g in gens if g.task and in_band.get(g.task.task_id) and g.tokens]
+    if not chosen:
+        return state, {"simulator/steps": 0, "simulator/skipped": "no in-band tasks"}
+    rows = [TrainRow(g.prompt, g.tokens, r_env[g.task.task_id]) for g in chosen]
+    shape = batch_shape(rows, min(simulator.settings.train.tasks_per_step, len(rows)), simulator.rows_multiple,
+                        response_len=simulator.settings.sampling.max_new_tokens)
+    order = np.random.default_rng(ctx.seed(epoch, STREAM_RWR)).permutation(len(rows))
+    per_step = shape["rows"]
+    steps = [[rows[i] for i in order[s:s + per_step]] for s in range(0, len(rows), per_step)]
+    state, history = train_steps(simulator.train, state, steps, **shape, pad_id=ctx.text.pad_id,
+                                 scalar_key="rewards", desc=f"epoch {epoch}: RWR",
+                                 show_progress=ctx.config.log.progress_bars)
+    return state, summarise("simulator", history) | {"simulator/tasks": len(chosen)}
+
+
+# ----------------------------------------------------------------------------------------------
+# Warm-start
+# ----------------------------------------------------------------------------------------------
+def warmstart_examples(ctx: LoopContext) -> tuple[list[TrainRow], list[TrainRow]]:
+    """(agent, simulator) SFT rows from the first seeds: reference answers and reference generations."""
+    w, domain, text = ctx.config.warmstart, ctx.domain, ctx.text
+    seeds = ctx.train_seeds[:w.num_seeds or len(ctx.train_seeds)]
+    agent = [TrainRow(text.prompt(domain.agent_prompt(s)), text.encode(domain.reference_response(s)) + [text.end_id])
+             for s in seeds]
+    target_of = _simulator_targets(ctx, seeds)
+    alpha = ctx.config.curriculum.alpha
+    simulator = [TrainRow(text.prompt(domain.simulator_prompt(s, (), direction, alpha)),
+                          text.encode(target_of[s.task_id]) + [text.end_id])
+                 for s in seeds for direction in DIFFICULTY_DIRECTIONS]  # every direction the loop may ask for
+    return agent, simulator
+
+
+def _simulator_targets(ctx: LoopContext, seeds: Sequence[Task]) -> dict[str, str]:
+    """Simulator SFT target per seed: a real sibling task written as a generation.
+
+    "next": the next seed (targets vary); "shortest": the shortest sibling of the same category
+    (few, short targets a tiny model learns quickly).
+    """
+    domain = ctx.domain
+    if ctx.config.warmstart.simulator_target == "next":
+        return {s.task_id: domain.reference_generation(s, seeds[(i + 1) % len(seeds)]) for i, s in enumerate(seeds)}
+    length = {s.task_id: len(domain.reference_generation(s, s)) for s in seeds}
+    targets = {}
+    for seed in seeds:
+        siblings = sorted((s for s in seeds if s.category == seed.category and s.task_id != seed.task_id),
+                          key=lambda s: (length[s.task_id], s.task_id))
+        targets[seed.task_id] = domain.reference_generation(seed, siblings[0] if siblings else None)
+    return targets
+
+
+def _shuffled_batches(count: int, batch_size: int, steps: int, seed: int) -> Iterator[list[int]]:
+    """`steps` batches of example indices, each epoch over the examples in a fresh order."""
+    rng = np.random.default_rng(seed)
+    order: list[int] = []
+    for _ in range(steps):
+        while len(order) < batch_size:
+            order.extend(rng.permutation(count).tolist())
+        picked, order = order[:batch_size], order[batch_size:]
+        yield picked
+
+
+def warmstart(ctx: LoopContext, policy: Policy, params, examples: Sequence[TrainRow]) -> tuple[object, dict]:
+    """Supervised warm-start of one policy on its examples; returns params and first/last loss."""
+    w = ctx.config.warmstart
+    steps_count = w.agent_steps if policy.name == "agent" else w.simulator_steps
+    stream = STREAM_WARMSTART_AGENT if policy.name == "agent" else STREAM_WARMSTART_SIMULATOR
+    steps = ([examples[i] for i in picked]
+             for picked in _shuffled_batches(len(examples), w.batch_size, steps_count, ctx.seed(0, stream)))
+    state, history = train_steps(policy.sft_trainer(), policy.sft_state(params), steps,
+                                 **batch_shape(examples, w.batch_size, policy.rows_multiple), pad_id=ctx.text.pad_id,
+                                 scalar_key="rewards", desc=f"warm-start {policy.name}",
+                                 show_progress=ctx.config.log.progress_bars, total=steps_count)
+    first, last = history[0]["loss"], history[-1]["loss"]
+    logging.info("warm-start %s: %d steps, loss %.3f -> %.3f", policy.name, steps_count, first, last)
+    return state.params, {f"warmstart/{policy.name}_loss_first": first, f"warmstart/{policy.name}_loss_last": last}

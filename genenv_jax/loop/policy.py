@@ -1,0 +1,168 @@
+"""One trained LLM of the loop (agent or simulator): builds its compiled pieces and owns the
+lifecycle of its state (initial weights, abstract shapes for restore, train, warm-start SFT, sample).
+
+Training keeps float32 master params (small learning rates such as 1e-6 would round away in
+bfloat16); the sampler casts them to the policy's `param_dtype` (bfloat16 by default) when it places them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+from tqdm.auto import tqdm
+
+from genenv_jax.loop.state import PolicyState
+from genenv_jax.models import ModelConfig, init_params, load_hf, param_shardings
+from genenv_jax.parallel import BATCH_AXES
+from genenv_jax.rl import (GRPOConfig, OptimizerConfig, RWRConfig, TrainStep, make_grpo_step, make_logprobs_fn,
+                           make_optimizer, make_rwr_step)
+from genenv_jax.run_config import PolicySettings
+from genenv_jax.sampling import SampleOutput, Sampler
+
+Params = Any
+
+
+class NonFiniteLossError(RuntimeError):
+    """An update produced a NaN/inf loss; the run stops before saving anything from this epoch."""
+
+
+def copy_params(params: Params) -> Params:
+    """An independent on-device copy (update steps donate their inputs, so shared buffers must be copied)."""
+    return jax.tree.map(lambda x: x.copy(), params)
+
+
+@dataclasses.dataclass
+class Policy:
+    """Compiled pieces around one model config; its arrays live in a `PolicyState` the loop holds."""
+
+    settings: PolicySettings
+    cfg: ModelConfig              # training config (float32 params)
+    mesh: Mesh
+    sampler: Sampler              # samples with the policy's param_dtype
+    update: TrainStep             # GRPO (agent) or RWR (simulator)
+    sft_step: TrainStep | None    # plain NLL (RWR with unit weights, no KL) for the warm-start
+    reference_logprobs: Callable  # jitted fn(ref_params, batch) -> [B, T]
+    rows_multiple: int            # batch rows must be a multiple of this (micro-batches x data devices)
+    needs_reference: bool         # the loss has a KL term toward the frozen reference params
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    # ----- state lifecycle -----
+    def initial_params(self, init_seed: int) -> Params:
+        """Float32 params on the mesh: the HF checkpoint in `model_dir`, or a random init of the preset."""
+        s = self.settings
+        if s.model_dir:
+            layout = dict(remat_policy=s.remat_policy, scan_layers=s.scan_layers)
+            _, params = load_hf(s.model_dir, mesh=self.mesh, dtype="float32", **layout)
+            return params
+        if self.cfg.num_params() >= 1e8:
+            tqdm.write(f"{self.name}: initialising random {self.cfg.num_params() / 1e9:.1f}B-parameter "
+                       f"weights of preset {s.preset} (allow_random_init); this takes a while on CPU")
+        init = jax.jit(init_params, static_argnums=0, out_shardings=param_shardings(self.cfg, self.mesh))
+        return init(self.cfg, jax.random.key(init_seed))
+
+    def new_state(self, params: Params) -> PolicyState:
+        """Fresh optimizer state; the reference is a copy of `params` (the KL anchor)."""
+        return PolicyState(params=params, opt_state=self.update.init_opt_state(params),
+                           reference=copy_params(params))
+
+    def abstract_state(self, with_reference: bool) -> PolicyState:
+        """ShapeDtypeStructs with shardings: the restore target of this policy's checkpoint items."""
+        params = self.update.abstract_params()
+        return PolicyState(params=params, opt_state=self.update.abstract_opt_state(),
+                           reference=params if with_reference else None)
+
+    # ----- updates -----
+    def train(self, state: PolicyState, batch: Mapping[str, np.ndarray]) -> tuple[PolicyState, dict[str, float]]:
+        """One update on a host batch (reference logprobs added when the loss needs them)."""
+        placed = self.update.place_batch(dict(batch))
+        if self.needs_reference:
+            placed["ref_logprobs"] = self.reference_logprobs(state.reference, placed)
+        params, opt_state, metrics = self.update(state.params, state.opt_state, placed)
+        return state.replace(params=params, opt_state=opt_state), _floats(metrics, f"{self.name} update")
+
+    def sft_trainer(self) -> Callable[[PolicyState, Mapping[str, np.ndarray]], tuple[PolicyState, dict]]:
+        """A `train`-like function for warm-start SFT; its optimizer state lives only during warm-start."""
+        if self.sft_step is None:
+            raise RuntimeError(f"{self.name}: built without a warm-start step")
+        step = self.sft_step
+
+        def train(state: PolicyState, batch: Mapping[str, np.ndarray]):
+            params, opt_state, metrics = step(state.params, state.opt_state, step.place_batch(dict(batch)))
+            return state.replace(params=params, opt_state=opt_state), _floats(metrics, f"{self.name} warm-start")
+        return train
+
+    def sft_state(self, params: Params) -> PolicyState:
+        return PolicyState(params=params, opt_state=self.sft_step.init_opt_state(params))
+
+    # ----- sampling -----
+    def sample(self, params: Params, prompts: Sequence[Sequence[int]], seed: int, stop_tokens: Sequence[int],
+               progress=None) -> SampleOutput:
+        """Samples every prompt, `sampling.batch_size` rows per sampler call; results in prompt order."""
+        s = self.settings.sampling
+        placed = self.sampler.prepare_params(params)
+        outs = []
+        for i, start in enumerate(range(0, len(prompts), s.batch_size)):
+            part = prompts[start:start + s.batch_size]
+            outs.append(self.sampler.generate(
+                placed, part, max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_k=s.top_k,
+                top_p=s.top_p, seed=seed * 100_003 + i, stop_tokens=stop_tokens))
+            if progress is not None:
+                progress.update(len(part))
+        del placed
+        return _concat_outputs(outs, s.max_new_tokens)
+
+
+def _floats(metrics: Mapping[str, Any], what: str) -> dict[str, float]:
+    out = {k: float(v) for k, v in metrics.items()}
+    loss = out.get("loss")
+    if loss is not None and not math.isfinite(loss):
+        raise NonFiniteLossError(f"{what}: non-finite loss {loss}; metrics {out}")
+    return out
+
+
+def _concat_outputs(outs: list[SampleOutput], width: int) -> SampleOutput:
+    if not outs:
+        empty = np.zeros((0, width))
+        return SampleOutput(tokens=empty.astype(np.int32), logprobs=empty.astype(np.float32),
+                            lengths=np.zeros((0,), np.int32), finish_reasons=())
+    return SampleOutput(tokens=np.concatenate([o.tokens for o in outs]),
+                        logprobs=np.concatenate([o.logprobs for o in outs]),
+                        lengths=np.concatenate([o.lengths for o in outs]),
+                        finish_reasons=tuple(r for o in outs for r in o.finish_reasons))
+
+
+def build_policy(settings: PolicySettings, mesh: Mesh, sampler: Sampler, *,
+                 warmstart_lr: float | None) -> Policy:
+    """Builds the jitted update / warm-start / reference-logprob functions of one policy."""
+    cfg = settings.model_config()
+    train_settings = settings.train
+    loss = train_settings.loss
+    opt = make_optimizer(settings.optimizer)
+    micro = train_settings.micro_batches
+    if isinstance(loss, GRPOConfig):
+        update = make_grpo_step(cfg, opt, loss, mesh=mesh, micro_batches=micro)
+        needs_reference = loss.kl_coef > 0
+    else:
+        update = make_rwr_step(cfg, opt, loss, mesh=mesh, micro_batches=micro)
+        needs_reference = loss.needs_reference
+    sft = None
+    if warmstart_lr is not None:
+        sft_loss = RWRConfig(reward_lambda=0.0, weight_norm="none", kl_coef=0.0, chunk_size=loss.chunk_size)
+        sft_opt = make_optimizer(OptimizerConfig(learning_rate=warmstart_lr, weight_decay=0.0, grad_clip=1.0))
+        sft = make_rwr_step(cfg, sft_opt, sft_loss, mesh=mesh, micro_batches=micro)
+    reference = make_logprobs_fn(cfg, mesh, chunk_size=loss.chunk_size, temperature=loss.temperature,
+                                 micro_batches=micro)
+    batch_devices = math.prod(mesh.shape[a] for a in BATCH_AXES)
+    logging.info("%s: %s, %.1fM params, update rule %s", settings.name, cfg, cfg.num_params() / 1e6, settings.rule)
+    return Policy(settings=settings, cfg=cfg, mesh=mesh, sampler=sampler, update=update, sft_step=sft,
+                  reference_logprobs=reference, rows_multiple=micro * batch_devices,
+                  needs_reference=needs_reference)

@@ -1,0 +1,88 @@
+"""What an epoch writes besides the checkpoint: pool records (D_train, D_env), samples of generated
+tasks, and the epoch's metrics row."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from genenv_jax.curriculum import TaskScore
+from genenv_jax.rl import rwr_weight
+from genenv_jax.loop.rollouts import RolloutGroup
+from genenv_jax.loop.tasks import Generation
+
+
+def d_train_records(groups: Sequence[RolloutGroup]) -> list[dict]:
+    """The agent's pool: every valid rollout (successes and failures) with its task and reward."""
+    return [{"task": g.task.to_json(), "response": text, "reward": r, "seed_id": g.task.parent_id,
+             "replayed": g.replayed}
+            for g in groups for text, r, ok in zip(g.texts, g.rewards, g.valid) if ok]
+
+
+def d_env_records(gens: Sequence[Generation], scores: Mapping[str, TaskScore], reward_lambda: float) -> list[dict]:
+    """The simulator's pool: every scored generated task with p_hat, R_env, band and RWR weight."""
+    return [{"task": g.task.to_json(), "generation": g.text, "seed_id": g.seed.task_id, "difficulty": g.difficulty,
+             "p_hat": s.p_hat, "r_env": s.r_env, "in_band": s.in_band,
+             "weight": float(rwr_weight(s.r_env, reward_lambda))}
+            for g in gens if g.task and (s := scores.get(g.task.task_id)) is not None]
+
+
+def write_samples(directory: Path, epoch: int, gens: Sequence[Generation], groups: Sequence[RolloutGroup],
+                  count: int) -> None:
+    """The first `count` generations of the epoch (task or rejection, agent rewards), atomically."""
+    rewards_of = {g.task.task_id: g.rewards for g in groups}
+    rows = []
+    for g in gens[:count]:
+        row = {"seed_id": g.seed.task_id, "difficulty": g.difficulty, "generation": g.text}
+        if g.task:
+            row.update(task=g.task.to_json(), agent_rewards=rewards_of.get(g.task.task_id))
+        else:
+            row.update(rejection=g.result.reason, detail=g.result.detail)
+        rows.append(row)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"epoch_{epoch:04d}.jsonl"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in rows))
+    os.replace(tmp, path)
+
+
+def _mean(values: Iterable[float]) -> float | None:
+    values = list(values)
+    return float(np.mean(values)) if values else None
+
+
+def epoch_metrics(*, gens: Sequence[Generation], generated: int | None, groups: Sequence[RolloutGroup],
+                  scores: Sequence[TaskScore], replayed: int, times: Mapping[str, float]) -> dict:
+    """The epoch's curriculum, rollout and throughput numbers (update and counter metrics are added by the loop)."""
+    tasks = sum(1 for g in gens if g.task)
+    fresh = [g for g in groups if not g.replayed]
+    responses = [len(r) for g in groups for r in g.responses]
+    sampled_tokens = sum(responses) + sum(len(g.tokens) for g in gens)
+    return {
+        "tasks": tasks, "generated": generated, "replayed_tasks": replayed,
+        "parse_rate": (tasks / generated) if generated else None,
+        "p_hat_mean": _mean(s.p_hat for s in scores), "r_env_mean": _mean(s.r_env for s in scores),
+        "in_band_fraction": _mean(float(s.in_band) for s in scores),
+        "solved_fraction": _mean(float(s.task_success == 1.0) for s in scores),
+        "unsolved_fraction": _mean(float(s.task_success == 0.0) for s in scores),
+        "success_rate": _mean(r for g in fresh for r in g.rewards),
+        "valid_rollout_fraction": _mean(v for g in groups for v in g.valid),
+        "response_tokens_mean": _mean(responses),
+        "task_tokens_mean": _mean(len(g.tokens) for g in gens if g.tokens),
+        "tokens_per_s": sampled_tokens / max(times["generate_s"] + times["rollouts_s"], 1e-9),
+        **{f"time/{k}": v for k, v in times.items()},
+    }
+
+
+def epoch_line(epoch: int, m: Mapping, seconds: float) -> str:
+    """One human-readable line per epoch (the full metrics go to metrics.jsonl / TensorBoard)."""
+    def f(key, fmt="{:.2f}"):
+        return "-" if m.get(key) is None else fmt.format(m[key])
+    parsed = f"{m['tasks']}/{m['generated']}" if m.get("generated") is not None else f"{m['tasks']} (static)"
+    return (f"epoch {epoch}: tasks {parsed}, p_hat {f('p_hat_mean')}, R_env {f('r_env_mean')}, "
+            f"in-band {f('in_band_fraction')}, success {f('success_rate')}, agent loss {f('agent/loss', '{:.4f}')}, "
+            f"simulator loss {f('simulator/loss', '{:.4f}')} ({seconds:.0f} s)")

@@ -1,0 +1,154 @@
+"""Where an epoch's tasks come from: the simulator writing variants of chosen seeds (genenv / random
+modes), a set generated once up front (static mode), and tasks replayed from D_train."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from genenv_jax import curriculum
+from genenv_jax.domains.base import ChatPrompt, Rejection, Task, difficulty_direction
+from genenv_jax.loop.context import (STREAM_GENERATE, STREAM_REPLAY, STREAM_SEEDS, STREAM_STATIC, LoopContext)
+from genenv_jax.loop.policy import Policy
+from genenv_jax.loop.state import SeedStats
+from genenv_jax.pools import Pool, mixed_batches
+
+Counters = collections.Counter
+
+
+@dataclasses.dataclass
+class Generation:
+    """One simulator sample: the seed it came from, its tokens, and what parsing made of it."""
+
+    seed: Task
+    difficulty: str
+    prompt: list[int]
+    tokens: list[int]
+    logprobs: np.ndarray
+    text: str
+    result: Task | Rejection
+
+    @property
+    def task(self) -> Task | None:
+        return self.result if isinstance(self.result, Task) else None
+
+
+def choose_seeds(ctx: LoopContext, epoch: int, seeds: dict[str, SeedStats], count: int) -> list[Task]:
+    """Uniform, or DreamGym's choice: seeds whose last rollouts' rewards vary most, plus exploration."""
+    sel = ctx.config.seed_selection
+    ids = [s.task_id for s in ctx.train_seeds]
+    rng = np.random.default_rng(ctx.seed(epoch, STREAM_SEEDS))
+    variances = {sid: s.reward_variance for sid, s in seeds.items()
+                 if sid in ctx.seed_by_id and s.reward_variance is not None}
+    if sel.strategy == "uniform" or not variances:
+        picks = [ids[i] for i in rng.choice(len(ids), size=count, replace=count > len(ids))]
+    else:
+        picks = list(curriculum.select_seeds(ids, variances, count, explore_fraction=sel.explore_fraction,
+                                             rng=rng).seed_ids)
+    return [ctx.seed_by_id[i] for i in picks]
+
+
+def _parse(ctx: LoopContext, text: str, seed: Task, direction: str) -> Task | Rejection:
+    """The domain's parse; an unexpected exception becomes a rejection named by its type."""
+    try:
+        return ctx.domain.parse_task(text, seed, direction)
+    except Exception as e:  # noqa: BLE001 - model text must never stop the run
+        return Rejection(domain=ctx.domain.name, reason=f"parser_exception:{type(e).__name__}",
+                         detail=str(e)[:200], seed_id=seed.task_id, raw_text=text)
+
+
+def simulator_request(ctx: LoopContext, seed: Task, stats: dict[str, SeedStats]) -> tuple[ChatPrompt, str]:
+    """The simulator's prompt for one variant of `seed` and the difficulty direction it asks for:
+    toward the curriculum's alpha, judged with its band k_min on the seed's recent success."""
+    cur = ctx.config.curriculum
+    recent = stats[seed.task_id].recent_success if seed.task_id in stats else []
+    direction = difficulty_direction(recent, cur.alpha, cur.k_min)
+    return ctx.domain.simulator_prompt(seed, recent, direction, cur.alpha), direction
+
+
+class TaskGenerator:
+    """The simulator writing one variant per seed entry, steered toward the curriculum's alpha."""
+
+    def __init__(self, ctx: LoopContext, simulator: Policy):
+        self.ctx = ctx
+        self.simulator = simulator
+
+    def generate(self, seeds: Sequence[Task], params, stats: dict[str, SeedStats], epoch: int,
+                 counters: Counters) -> list[Generation]:
+        ctx = self.ctx
+        prompts, meta = [], []
+        for seed in seeds:
+            prompt, direction = simulator_request(ctx, seed, stats)
+            ids = ctx.text.prompt(prompt)
+            if len(ids) > self.simulator.settings.sampling.max_prompt_len:
+                counters["simulator_prompt_too_long"] += 1
+                continue
+            prompts.append(ids)
+            meta.append((seed, direction))
+        with ctx.progress(len(prompts), f"epoch {epoch}: simulator") as bar:
+            out = self.simulator.sample(params, prompts, ctx.seed(epoch, STREAM_GENERATE), ctx.text.stop_ids, bar)
+        gens = []
+        for (seed, direction), prompt, toks, lps in zip(meta, prompts, out.token_lists(), out.logprob_lists()):
+            text = ctx.text.decode(toks)
+            gens.append(Generation(seed, direction, prompt, toks, lps, text, _parse(ctx, text, seed, direction)))
+        for g in gens:
+            if isinstance(g.result, Rejection):
+                counters[f"rejected/{g.result.reason}"] += 1
+        return gens
+
+
+class TaskSource(Protocol):
+    """An epoch's new tasks (with the generations behind them, empty for drawn ones)."""
+
+    def tasks(self, epoch: int, simulator_params, stats: dict[str, SeedStats],
+              counters: Counters) -> list[Generation]: ...
+
+
+class GeneratedTasks:
+    """genenv / random modes: fresh variants of chosen seeds every epoch."""
+
+    def __init__(self, ctx: LoopContext, generator: TaskGenerator):
+        self.ctx, self.generator = ctx, generator
+
+    def tasks(self, epoch, simulator_params, stats, counters):
+        c = self.ctx.config
+        seeds = choose_seeds(self.ctx, epoch, stats, c.seeds_per_epoch)
+        seeds = [s for s in seeds for _ in range(c.variants_per_seed)]
+        return self.generator.generate(seeds, simulator_params, stats, epoch, counters)
+
+
+class StaticTasks:
+    """static mode: all variants generated at the first epoch (kept in a pool), then drawn from."""
+
+    def __init__(self, ctx: LoopContext, generator: TaskGenerator, pool: Pool):
+        self.ctx, self.generator, self.pool = ctx, generator, pool
+
+    def tasks(self, epoch, simulator_params, stats, counters):
+        c = self.ctx.config
+        if self.pool.num_records() == 0:
+            seeds = choose_seeds(self.ctx, 0, {}, c.seeds_per_epoch)
+            seeds = [s for s in seeds for _ in range(c.static_variants_per_seed)]
+            gens = self.generator.generate(seeds, simulator_params, {}, 0, counters)
+            self.pool.append_epoch(0, [{"task": g.task.to_json()} for g in gens if g.task])
+        tasks = [Task.from_json(r["task"]) for r in self.pool.records()]
+        if not tasks:
+            return []
+        rng = np.random.default_rng(self.ctx.seed(epoch, STREAM_STATIC))
+        picks = rng.choice(len(tasks), size=min(c.seeds_per_epoch * c.variants_per_seed, len(tasks)), replace=False)
+        return [Generation(self.ctx.seed_by_id.get(tasks[i].parent_id, tasks[i]), tasks[i].difficulty or "similar",
+                           [], [], np.zeros(0), "", tasks[i]) for i in picks]
+
+
+def replay_tasks(ctx: LoopContext, d_train: Pool, epoch: int) -> list[Task]:
+    """Tasks replayed from base seeds and D_train's earlier epochs, rolled out afresh (on-policy)."""
+    r = ctx.config.replay
+    if r.tasks_per_epoch <= 0:
+        return []
+    sources = {"base": [{"task": s.to_json()} for s in ctx.train_seeds],
+               "historical": d_train.data_source() if d_train.epochs else []}  # empty sources are dropped
+    batch = next(mixed_batches(sources, {"base": r.base_ratio, "historical": r.historical_ratio},
+                               r.tasks_per_epoch, seed=ctx.seed(epoch, STREAM_REPLAY), num_batches=1))
+    return [Task.from_json(rec["task"]) for rec in batch]

@@ -1,0 +1,426 @@
+"""The typed run config: the ConfigDict validated once, at the edge, into frozen dataclasses.
+
+`RunConfig.from_config_dict(cd)` checks every key before any work starts and raises `ConfigError`
+with one line naming the key (`config.agent.sampling.temperature=nan: must be a finite number`).
+Inside the loop only these dataclasses are read. Values that must agree are derived here, never
+copied: a policy's loss temperature is its sampling temperature; the domain gets alpha and the band
+from `curriculum`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import types
+import typing
+from typing import Any, Mapping
+
+from genenv_jax.curriculum import CurriculumConfig
+from genenv_jax.models import ModelConfig, preset
+from genenv_jax.parallel import MeshConfig
+from genenv_jax.rl import GRPOConfig, OptimizerConfig, RWRConfig
+
+MODES = ("genenv", "random", "static")
+SEED_ORDERS = ("file", "shortest")
+SEED_STRATEGIES = ("variance", "uniform")
+SIMULATOR_TARGETS = ("next", "shortest")
+# A preset at least this large is never randomly initialised unless asked for (`allow_random_init`).
+RANDOM_INIT_LIMIT = 100_000_000
+
+
+class ConfigError(ValueError):
+    """A config value is invalid; the message is one line naming the key."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Sections
+# ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class SamplingSettings:
+    temperature: float
+    top_k: int
+    top_p: float
+    max_new_tokens: int
+    max_prompt_len: int
+    batch_size: int
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSettings:
+    tasks_per_step: int
+    micro_batches: int
+    passes: int
+    loss: GRPOConfig | RWRConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicySettings:
+    """One trained LLM: weights, sampling, optimizer, update rule ('grpo' agent, 'rwr' simulator)."""
+
+    name: str
+    rule: str
+    model_dir: str
+    preset: str
+    allow_random_init: bool
+    param_dtype: str
+    dtype: str
+    remat_policy: str
+    scan_layers: bool
+    sampling: SamplingSettings
+    optimizer: OptimizerConfig
+    train: TrainSettings
+
+    def model_config(self) -> ModelConfig:
+        """The training config: float32 master params, the configured compute dtype and layout."""
+        layout = dict(param_dtype="float32", dtype=self.dtype, remat_policy=self.remat_policy,
+                      scan_layers=self.scan_layers)
+        if self.model_dir:
+            return ModelConfig.from_hf(self.model_dir, **layout)
+        return preset(self.preset, **layout)
+
+
+@dataclasses.dataclass(frozen=True)
+class DomainSettings:
+    name: str
+    options: Mapping[str, Any]
+    seed_split: str
+    max_seeds: int
+    seed_order: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedSelectionSettings:
+    strategy: str
+    explore_fraction: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplaySettings:
+    tasks_per_epoch: int
+    base_ratio: float
+    historical_ratio: float
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmstartSettings:
+    enabled: bool
+    agent_steps: int
+    simulator_steps: int
+    batch_size: int
+    learning_rate: float
+    num_seeds: int
+    simulator_target: str
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointSettings:
+    keep: int
+    every_epochs: int
+
+
+@dataclasses.dataclass(frozen=True)
+class LogSettings:
+    samples_per_epoch: int
+    progress_bars: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Everything a run reads, validated. `snapshot` is the JSON of the ConfigDict it came from."""
+
+    seed: int
+    mode: str
+    epochs: int
+    mesh: MeshConfig
+    allow_config_change: bool
+    agent: PolicySettings
+    simulator: PolicySettings
+    share_agent_init: bool
+    tokenizer_dir: str
+    domain: DomainSettings
+    curriculum: CurriculumConfig
+    seeds_per_epoch: int
+    variants_per_seed: int
+    rollouts_per_task: int
+    seed_selection: SeedSelectionSettings
+    static_variants_per_seed: int
+    replay: ReplaySettings
+    warmstart: WarmstartSettings
+    checkpoint: CheckpointSettings
+    log: LogSettings
+    preset_name: str
+    snapshot: Mapping[str, Any] = dataclasses.field(compare=False, repr=False, default_factory=dict)
+
+    @classmethod
+    def from_config_dict(cls, config: Any, num_devices: int | None = None) -> "RunConfig":
+        """Validates `config` (a ConfigDict or nested dict); `num_devices` checks the mesh fits."""
+        tree = _to_dict(config)
+        return _build(tree, num_devices)
+
+    def default_workdir(self) -> str:
+        return f"runs/{self.domain.name}-{self.preset_name}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading a section into a dataclass, with the key path in every error
+# ----------------------------------------------------------------------------------------------
+def _to_dict(config: Any) -> dict[str, Any]:
+    if hasattr(config, "to_dict"):
+        return config.to_dict()
+    return {k: _to_dict(v) if isinstance(v, Mapping) else v for k, v in dict(config).items()}
+
+
+def _fail(path: str, value: Any, problem: str) -> ConfigError:
+    return ConfigError(f"config.{path}={value!r}: {problem}")
+
+
+def _check_type(path: str, value: Any, annotation: Any) -> Any:
+    """Checks (and mildly coerces: int -> float) one value against a field annotation."""
+    if typing.get_origin(annotation) is typing.Literal:
+        annotation = str
+    options = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) \
+        else (annotation,)
+    if value is None:
+        if type(None) in options:
+            return None
+        raise _fail(path, value, "must be set")
+    for option in options:
+        if option is bool and isinstance(value, bool):
+            return value
+        if option is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if option is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                raise _fail(path, value, "must be a finite number")
+            return float(value)
+        if option is str and isinstance(value, str):
+            return value
+    names = "/".join(getattr(o, "__name__", str(o)) for o in options if o is not type(None))
+    raise _fail(path, value, f"must be {names}")
+
+
+def _section(cls: type, tree: Mapping[str, Any], path: str, *, skip: tuple[str, ...] = (),
+             extra: Mapping[str, Any] | None = None) -> Any:
+    """`cls(**tree)` with unknown keys, wrong types and the class's own checks reported by key path."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    if not isinstance(tree, Mapping):
+        raise _fail(path, tree, "must be a section (a dict of keys)")
+    settable = set(fields) - set(skip)
+    unknown = sorted(set(tree) - settable)
+    if unknown:
+        raise ConfigError(f"config.{path}: unknown key {unknown[0]!r} (known: {', '.join(sorted(settable))})")
+    kwargs = dict(extra or {})
+    for name, field in fields.items():
+        if name in kwargs or name in skip:
+            continue
+        if name not in tree:
+            if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+                raise ConfigError(f"config.{path}.{name}: missing")
+            continue
+        kwargs[name] = _check_type(f"{path}.{name}", tree[name], hints[name])
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"config.{path}: {e}") from None
+
+
+def _positive(path: str, value: int, minimum: int = 1) -> None:
+    if value < minimum:
+        raise _fail(path, value, f"must be >= {minimum}")
+
+
+def _choice(path: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise _fail(path, value, f"expected one of {', '.join(choices)}")
+
+
+def _fraction(path: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise _fail(path, value, "must lie in [0, 1]")
+
+
+# ----------------------------------------------------------------------------------------------
+# The whole tree
+# ----------------------------------------------------------------------------------------------
+_POLICY_KEYS = ("model_dir", "preset", "allow_random_init", "param_dtype", "dtype", "remat_policy", "scan_layers")
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def saved_policy_settings(snapshot: Mapping[str, Any], name: str) -> PolicySettings:
+    """A policy's settings from a run's saved config snapshot (e.g. to rebuild its model config)."""
+    tree = {k: v for k, v in snapshot[name].items() if k != "share_agent_init"}
+    return _policy(tree, name, "grpo" if name == "agent" else "rwr", check_source=False)
+
+
+def _policy(tree: Mapping[str, Any], name: str, rule: str, check_source: bool = True) -> PolicySettings:
+    known = set(_POLICY_KEYS) | {"sampling", "optimizer", "train"} | ({"share_agent_init"} if name == "simulator"
+                                                                        else set())
+    unknown = sorted(set(tree) - known)
+    if unknown:
+        raise ConfigError(f"config.{name}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
+    sampling = _section(SamplingSettings, tree["sampling"], f"{name}.sampling")
+    s = f"{name}.sampling"
+    if not sampling.temperature > 0:
+        raise _fail(f"{s}.temperature", sampling.temperature, "must be > 0 (training samples; the loss uses it too)")
+    if not 0 < sampling.top_p <= 1:
+        raise _fail(f"{s}.top_p", sampling.top_p, "must lie in (0, 1]")
+    _positive(f"{s}.top_k", sampling.top_k, 0)
+    for key in ("max_new_tokens", "max_prompt_len", "batch_size"):
+        _positive(f"{s}.{key}", getattr(sampling, key))
+    optimizer = _section(OptimizerConfig, tree["optimizer"], f"{name}.optimizer")
+    if optimizer.learning_rate <= 0:
+        raise _fail(f"{name}.optimizer.learning_rate", optimizer.learning_rate, "must be > 0")
+    train_tree = dict(tree["train"])
+    loss_cls = GRPOConfig if rule == "grpo" else RWRConfig
+    loss = _section(loss_cls, train_tree.pop("loss", {}), f"{name}.train.loss", skip=("temperature",),
+                    extra={"temperature": sampling.temperature})
+    train = _section(TrainSettings, train_tree, f"{name}.train", extra={"loss": loss})
+    for key in ("tasks_per_step", "micro_batches", "passes"):
+        _positive(f"{name}.train.{key}", getattr(train, key))
+    model = {k: _check_type(f"{name}.{k}", tree[k], bool if k in ("allow_random_init", "scan_layers") else str)
+             for k in _POLICY_KEYS}
+    for key in ("param_dtype", "dtype"):
+        _choice(f"{name}.{key}", model[key], _DTYPES)
+    settings = PolicySettings(name=name, rule=rule, sampling=sampling, optimizer=optimizer, train=train, **model)
+    if check_source:
+        _check_weights_source(settings)
+    return settings
+
+
+def _check_weights_source(p: PolicySettings) -> None:
+    """A model dir must exist; a large preset is never randomly initialised by accident."""
+    if p.model_dir:
+        if not os.path.isdir(p.model_dir):
+            raise _fail(f"{p.name}.model_dir", p.model_dir, "is not a directory")
+        if not os.path.isfile(os.path.join(p.model_dir, "config.json")):
+            raise _fail(f"{p.name}.model_dir", p.model_dir, "has no config.json (an HF checkpoint directory)")
+        return
+    try:
+        cfg = preset(p.preset)
+    except KeyError as e:
+        raise _fail(f"{p.name}.preset", p.preset, str(e.args[0])) from None
+    if cfg.num_params() >= RANDOM_INIT_LIMIT and not p.allow_random_init:
+        raise ConfigError(
+            f"config.{p.name}.model_dir is empty, so the {p.preset} preset would start from random "
+            f"{cfg.num_params() / 1e9:.1f}B-parameter weights; pass --config.{p.name}.model_dir=/path/to/"
+            f"Qwen2.5-Instruct (the paper's setup), or --config.{p.name}.allow_random_init=True to train "
+            "from random weights")
+
+
+def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
+    top = {"seed", "mode", "epochs", "mesh", "allow_config_change", "agent", "simulator", "tokenizer_dir", "domain",
+           "curriculum", "seeds_per_epoch", "variants_per_seed", "rollouts_per_task", "seed_selection",
+           "static_variants_per_seed", "replay", "warmstart", "checkpoint", "log", "preset_name"}
+    unknown = sorted(set(tree) - top)
+    if unknown:
+        raise ConfigError(f"config: unknown key {unknown[0]!r} (known: {', '.join(sorted(top))})")
+    scalars = {k: _check_type(k, tree.get(k, d), t) for k, d, t in (
+        ("seed", None, int), ("mode", None, str), ("epochs", None, int), ("allow_config_change", False, bool),
+        ("tokenizer_dir", "", str), ("seeds_per_epoch", None, int), ("variants_per_seed", None, int),
+        ("rollouts_per_task", None, int), ("static_variants_per_seed", None, int),
+        ("preset_name", "custom", str))}
+    _choice("mode", scalars["mode"], MODES)
+    for key in ("epochs", "seeds_per_epoch", "variants_per_seed", "static_variants_per_seed"):
+        _positive(key, scalars[key])
+    _positive("rollouts_per_task", scalars["rollouts_per_task"], 2)  # GRPO advantages are relative in a group
+    if scalars["tokenizer_dir"] and not os.path.isdir(scalars["tokenizer_dir"]):
+        raise _fail("tokenizer_dir", scalars["tokenizer_dir"], "is not a directory")
+
+    mesh = _section(MeshConfig, tree["mesh"], "mesh")
+    if num_devices is not None:
+        try:
+            data, fsdp, _ = mesh.resolve(num_devices)
+        except ValueError as e:
+            raise ConfigError(f"config.mesh: {e}") from None
+    else:
+        data = fsdp = 1
+
+    agent = _policy(tree["agent"], "agent", "grpo")
+    simulator_tree = dict(tree["simulator"])
+    share = _check_type("simulator.share_agent_init", simulator_tree.pop("share_agent_init", True), bool)
+    simulator = _policy(simulator_tree, "simulator", "rwr")
+
+    domain = _section(DomainSettings, {**tree["domain"], "options": None}, "domain",
+                      extra={"options": dict(tree["domain"].get("options") or {})})
+    if not domain.name:
+        raise ConfigError("config.domain.name is empty: pick a benchmark config such as configs/bfcl.py")
+    _choice("domain.seed_order", domain.seed_order, SEED_ORDERS)
+    _positive("domain.max_seeds", domain.max_seeds, 0)
+
+    curriculum = _section(CurriculumConfig, tree["curriculum"], "curriculum")
+    selection = _section(SeedSelectionSettings, tree["seed_selection"], "seed_selection")
+    _choice("seed_selection.strategy", selection.strategy, SEED_STRATEGIES)
+    _fraction("seed_selection.explore_fraction", selection.explore_fraction)
+    replay = _section(ReplaySettings, tree["replay"], "replay")
+    _positive("replay.tasks_per_epoch", replay.tasks_per_epoch, 0)
+    for key in ("base_ratio", "historical_ratio"):
+        if getattr(replay, key) < 0:
+            raise _fail(f"replay.{key}", getattr(replay, key), "must be >= 0")
+    if replay.tasks_per_epoch and replay.base_ratio + replay.historical_ratio <= 0:
+        raise ConfigError("config.replay: base_ratio + historical_ratio must be > 0 when tasks_per_epoch > 0")
+    warmstart = _section(WarmstartSettings, tree["warmstart"], "warmstart")
+    _choice("warmstart.simulator_target", warmstart.simulator_target, SIMULATOR_TARGETS)
+    if warmstart.enabled:
+        for key in ("agent_steps", "simulator_steps", "batch_size"):
+            _positive(f"warmstart.{key}", getattr(warmstart, key))
+        if warmstart.learning_rate <= 0:
+            raise _fail("warmstart.learning_rate", warmstart.learning_rate, "must be > 0")
+    _positive("warmstart.num_seeds", warmstart.num_seeds, 0)
+    checkpoint = _section(CheckpointSettings, tree["checkpoint"], "checkpoint")
+    _positive("checkpoint.keep", checkpoint.keep)
+    _positive("checkpoint.every_epochs", checkpoint.every_epochs)
+    log = _section(LogSettings, tree["log"], "log")
+    _positive("log.samples_per_epoch", log.samples_per_epoch, 0)
+
+    for p in (agent, simulator):
+        rows = p.train.tasks_per_step * (scalars["rollouts_per_task"] if p.rule == "grpo" else 1)
+        multiple = data * fsdp * p.train.micro_batches
+        if p.rule == "grpo" and rows % multiple:
+            raise ConfigError(
+                f"config.{p.name}.train.tasks_per_step x rollouts_per_task = {rows} rows is not divisible by "
+                f"mesh data x fsdp ({data} x {fsdp}) x {p.name}.train.micro_batches ({p.train.micro_batches})")
+    return RunConfig(mesh=mesh, agent=agent, simulator=simulator, share_agent_init=share, domain=domain,
+                     curriculum=curriculum, seed_selection=selection, replay=replay, warmstart=warmstart,
+                     checkpoint=checkpoint, log=log, snapshot=tree, **scalars)
+
+
+# ----------------------------------------------------------------------------------------------
+# Resuming with another config
+# ----------------------------------------------------------------------------------------------
+# Keys that may change between a run and its resumption without changing what the run means.
+# Mesh shape, micro-batches and sampler batch size change memory use and speed, not the algorithm.
+SAFE_TO_CHANGE = ("epochs", "allow_config_change", "log.", "checkpoint.", "mesh.", "preset_name",
+                  "agent.sampling.batch_size", "simulator.sampling.batch_size",
+                  "agent.train.micro_batches", "simulator.train.micro_batches")
+
+
+def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and not (key == "options" and prefix == "domain."):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def config_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[tuple[str, Any, Any, bool]]:
+    """(key, saved value, new value, safe) for every key whose value differs between two snapshots."""
+    old, new = _flatten(saved), _flatten(current)
+    changes = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key, "<absent>"), new.get(key, "<absent>")
+        if _normalise(a) != _normalise(b):
+            safe = any(key == s or (s.endswith(".") and key.startswith(s)) for s in SAFE_TO_CHANGE)
+            changes.append((key, a, b, safe))
+    return changes
+
+
+def _normalise(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_normalise(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _normalise(v) for k, v in value.items()}
+    return value

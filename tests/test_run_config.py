@@ -1,0 +1,103 @@
+"""The typed run config: every bad value refused up front with one line naming the key; the
+command line loads configs from anywhere and turns expected failures into one line + exit 2."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from genenv_jax.configs import bfcl
+from genenv_jax.run_config import ConfigError, RunConfig, config_changes
+from loop_configs import toy_config, toy_config_dict
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_packaged_configs_validate_and_derive_shared_values():
+    tiny = RunConfig.from_config_dict(bfcl.get_config("tiny"), num_devices=8)
+    assert tiny.agent.train.loss.temperature == tiny.agent.sampling.temperature == 0.7
+    assert tiny.simulator.train.loss.temperature == tiny.simulator.sampling.temperature == 0.5
+    assert tiny.curriculum.k_min == 0.25 and "alpha" not in tiny.domain.options and "band" not in tiny.domain.options
+    with pytest.raises(ConfigError, match=r"--config.agent.model_dir=.*allow_random_init"):
+        RunConfig.from_config_dict(bfcl.get_config("7b"), num_devices=8)
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("curriculum.alpha", 1.5, r"config.curriculum: alpha .* \(0, 1\)"),
+    ("mode", "sometimes", r"config.mode='sometimes': expected one of genenv, random, static"),
+    ("rollouts_per_task", 1, r"config.rollouts_per_task=1: must be >= 2"),
+    ("agent.train.tasks_per_step", 3, r"config.agent.train.tasks_per_step x rollouts_per_task = 6 rows"),
+    ("checkpoint.every_epochs", 0, r"config.checkpoint.every_epochs=0: must be >= 1"),
+    ("checkpoint.keep", 0, r"config.checkpoint.keep=0: must be >= 1"),
+    ("seed_selection.explore_fraction", 2.0, r"config.seed_selection.explore_fraction=2.0: must lie in \[0, 1\]"),
+    ("agent.sampling.temperature", float("nan"), r"config.agent.sampling.temperature=nan: must be a finite number"),
+    ("simulator.optimizer.learning_rate", float("nan"), r"config.simulator.optimizer.learning_rate=nan: must be a finite"),
+    ("agent.optimizer.learning_rate", 0.0, r"config.agent.optimizer.learning_rate=0.0: must be > 0"),
+    ("agent.sampling.top_p", 0.0, r"config.agent.sampling.top_p=0.0: must lie in \(0, 1\]"),
+    ("agent.train.loss.kl_estimator", "k9", r"config.agent.train.loss: .*kl_estimator"),
+    ("warmstart.simulator_target", "longest", r"config.warmstart.simulator_target='longest'"),
+    ("agent.model_dir", "/no/such/dir", r"config.agent.model_dir='/no/such/dir': is not a directory"),
+    ("agent.dtype", "int8", r"config.agent.dtype='int8': expected one of"),
+    ("domain.max_seeds", -1, r"config.domain.max_seeds=-1: must be >= 0"),
+    ("domain.name", "", r"config.domain.name is empty"),
+])
+def test_bad_values_are_refused_before_any_work_naming_the_key(key, value, message):
+    c = toy_config_dict(**{key: value, "mesh.data": 2, "mesh.fsdp": 4})
+    with pytest.raises(ConfigError, match=message) as info:
+        RunConfig.from_config_dict(c, num_devices=8)
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_keys_are_named():
+    c = toy_config_dict().to_dict()
+    c["agent"]["train"]["loss"]["temprature"] = 1.0
+    with pytest.raises(ConfigError, match=r"config.agent.train.loss: unknown key 'temprature'"):
+        RunConfig.from_config_dict(c)
+    c = toy_config_dict().to_dict()
+    c["agent"]["train"]["loss"]["temperature"] = 1.0  # the loss temperature is the sampling temperature
+    with pytest.raises(ConfigError, match="unknown key 'temperature'"):
+        RunConfig.from_config_dict(c)
+
+
+def test_config_changes_separate_safe_from_meaning_changing_keys():
+    old, new = toy_config().snapshot, toy_config(epochs=5, seed=3, **{"curriculum.alpha": 0.3}).snapshot
+    changes = {key: safe for key, _, _, safe in config_changes(old, new)}
+    assert changes == {"epochs": True, "seed": False, "curriculum.alpha": False}
+
+
+def _main(*args, cwd):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "genenv_jax.main", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_command_line_failures_are_one_line_from_any_directory(tmp_path):
+    config = f"{REPO}/configs/bfcl.py"
+    runs = {
+        "7b without model dir": _main(f"--config={config}", f"--workdir={tmp_path}/a", cwd=tmp_path),
+        "unknown key": _main(f"--config={config}:tiny", "--config.nonsense=1", cwd=tmp_path),
+        "nan temperature": _main("--config=bfcl:tiny", "--config.agent.sampling.temperature=nan",
+                                 f"--workdir={tmp_path}/b", cwd=tmp_path),
+        "bad preset name": _main(f"--config={config}:huge", cwd=tmp_path),
+    }
+    expected = {
+        "7b without model dir": "--config.agent.model_dir=",
+        "unknown key": "unknown config key 'nonsense'",
+        "nan temperature": "config.agent.sampling.temperature=nan: must be a finite number",
+        "bad preset name": "unknown bfcl preset 'huge'",
+    }
+    for name, proc in runs.items():
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2, (name, proc.stderr[-2000:])
+        assert len(lines) == 1 and lines[0].startswith("genenv_jax: error: "), (name, proc.stderr[-2000:])
+        assert expected[name] in lines[0], (name, lines[0])
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # nothing was started
+
+
+def test_wrong_types_in_a_plain_dict_config_are_named():
+    c = toy_config_dict().to_dict()
+    c["epochs"] = "3"
+    with pytest.raises(ConfigError, match=r"config.epochs='3': must be int"):
+        RunConfig.from_config_dict(c)
