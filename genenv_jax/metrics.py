@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from genenv_jax.atomic_files import fsync_dir
+
 METRICS_FILE = "metrics.jsonl"
 
 # The per-epoch curves the final plot shows (the paper's dynamics figure), in panel order.
@@ -164,17 +166,7 @@ def _write_rows_atomic(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    fsync_dir(path.parent)
 
 
 def truncate_metrics(path: str | os.PathLike, upto_epoch: int) -> None:

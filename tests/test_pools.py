@@ -8,7 +8,7 @@ import os
 import grain
 import pytest
 
-from genenv_jax import pools
+from genenv_jax import pool_mixing, pools
 
 
 def _records(tag, n):
@@ -93,7 +93,7 @@ def test_crash_before_manifest_commit_loses_nothing_committed(tmp_path, monkeypa
 def test_crash_mid_shard_write_leaves_temp_file_that_roll_back_cleans(tmp_path, monkeypatch):
     pool = pools.Pool(tmp_path, "d_env")
     pool.append_epoch(0, _records("e0", 3))
-    monkeypatch.setattr(pools, "_fsync_file", lambda path: (_ for _ in ()).throw(OSError("disk gone")))
+    monkeypatch.setattr(pools, "fsync_file", lambda path: (_ for _ in ()).throw(OSError("disk gone")))
     with pytest.raises(OSError, match="disk gone"):
         pool.append_epoch(1, _records("e1", 3))
     monkeypatch.undo()
@@ -153,7 +153,7 @@ RATIOS = {"base": 0.2, "historical": 0.3, "new": 0.5}
 def test_mixing_ratios_hold_over_many_batches():
     counts = collections.Counter()
     per_batch_new = []
-    for batch in pools.mixed_batches(SOURCES, RATIOS, batch_size=16, seed=7, num_batches=250):
+    for batch in pool_mixing.mixed_batches(SOURCES, RATIOS, batch_size=16, seed=7, num_batches=250):
         assert len(batch) == 16
         counts.update(r["src"] for r in batch)
         per_batch_new.append(sum(r["src"] == "new" for r in batch))
@@ -162,18 +162,18 @@ def test_mixing_ratios_hold_over_many_batches():
         assert counts[name] / total == pytest.approx(ratio, abs=0.01)
     assert min(per_batch_new) >= 7 and max(per_batch_new) <= 9  # every batch is near 8 of 16
     # The small sources are cycled through full permutations: every record of "new" gets used.
-    new_ids = [r["i"] for b in pools.mixed_batches(SOURCES, RATIOS, 16, 7, num_batches=10) for r in b
+    new_ids = [r["i"] for b in pool_mixing.mixed_batches(SOURCES, RATIOS, 16, 7, num_batches=10) for r in b
                if r["src"] == "new"]
     assert sorted(new_ids[:64]) == list(range(64)) and new_ids[:64] != list(range(64))
 
 
 def test_mixing_is_deterministic_per_seed():
-    a = list(pools.mixed_batches(SOURCES, RATIOS, 8, seed=3, num_batches=20))
-    b = list(pools.mixed_batches(SOURCES, RATIOS, 8, seed=3, num_batches=20))
-    c = list(pools.mixed_batches(SOURCES, RATIOS, 8, seed=4, num_batches=20))
+    a = list(pool_mixing.mixed_batches(SOURCES, RATIOS, 8, seed=3, num_batches=20))
+    b = list(pool_mixing.mixed_batches(SOURCES, RATIOS, 8, seed=3, num_batches=20))
+    c = list(pool_mixing.mixed_batches(SOURCES, RATIOS, 8, seed=4, num_batches=20))
     assert a == b and a != c
     # Endless iteration starts with the same batches.
-    endless = pools.mixed_batches(SOURCES, RATIOS, 8, seed=3)
+    endless = pool_mixing.mixed_batches(SOURCES, RATIOS, 8, seed=3)
     assert [next(endless) for _ in range(5)] == a[:5]
 
 
@@ -181,15 +181,15 @@ def test_mixing_with_pool_sources_and_empty_components(tmp_path):
     pool = pools.Pool(tmp_path, "d_train")
     pool.append_epoch(0, _records("e0", 30))
     sources = {"base": _records("base", 10), "historical": pool.data_source(range(0)), "new": pool.data_source(0)}
-    assert pools.effective_ratios(sources, RATIOS) == pytest.approx({"base": 0.2 / 0.7, "new": 0.5 / 0.7})
-    counts = collections.Counter(r["src"] for b in pools.mixed_batches(sources, RATIOS, 7, 0, num_batches=40)
+    assert pool_mixing.effective_ratios(sources, RATIOS) == pytest.approx({"base": 0.2 / 0.7, "new": 0.5 / 0.7})
+    counts = collections.Counter(r["src"] for b in pool_mixing.mixed_batches(sources, RATIOS, 7, 0, num_batches=40)
                                  for r in b)
     assert set(counts) == {"base", "e0"} and counts["e0"] / 280 == pytest.approx(5 / 7, abs=0.01)
     with pytest.raises(ValueError, match="nothing to sample"):
-        pools.mixed_batches({"new": []}, {"new": 1.0}, 4, 0)
+        pool_mixing.mixed_batches({"new": []}, {"new": 1.0}, 4, 0)
     with pytest.raises(ValueError, match="ratios name"):
-        pools.mixed_batches(sources, {"base": 1.0}, 4, 0)
+        pool_mixing.mixed_batches(sources, {"base": 1.0}, 4, 0)
     with pytest.raises(ValueError, match="batch_size"):
-        pools.mixed_batches(sources, RATIOS, 0, 0)
+        pool_mixing.mixed_batches(sources, RATIOS, 0, 0)
     with pytest.raises(ValueError, match="finite number >= 0"):
-        pools.mixed_batches(sources, {**RATIOS, "new": -1.0}, 4, 0)
+        pool_mixing.mixed_batches(sources, {**RATIOS, "new": -1.0}, 4, 0)

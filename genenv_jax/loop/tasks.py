@@ -14,7 +14,8 @@ from genenv_jax.domains.base import ChatPrompt, Rejection, Task, difficulty_dire
 from genenv_jax.loop.context import (STREAM_GENERATE, STREAM_REPLAY, STREAM_SEEDS, STREAM_STATIC, LoopContext)
 from genenv_jax.loop.policy import Policy
 from genenv_jax.loop.state import SeedStats
-from genenv_jax.pools import Pool, mixed_batches
+from genenv_jax.pool_mixing import mixed_batches
+from genenv_jax.pools import Pool
 
 Counters = collections.Counter
 
