@@ -9,7 +9,8 @@ import pytest
 from genenv_jax.domains import Rejection, Rollout, StepResult, Task, get_domain
 from genenv_jax.domains import bfcl as bfcl_mod
 from genenv_jax.domains import bfcl_checker, bfcl_data, bfcl_schema
-from genenv_jax.domains.bfcl import BFCLDomain, task_as_generation
+from genenv_jax.domains.bfcl import BFCLDomain
+from genenv_jax.domains.bfcl_generation import task_as_generation
 from genenv_jax.tokenization import ToolCall, render_tool_calls
 
 FIXTURES = Path(__file__).parent / "fixtures"

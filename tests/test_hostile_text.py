@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from genenv_jax import json_text as jt
 from genenv_jax import tokenization as tk
 from genenv_jax.domains import Rejection, Task, get_domain
 from genenv_jax.domains import bfcl_checker, bfcl_schema
@@ -180,9 +181,9 @@ def test_failed_fences_are_tried_at_most_max_candidates_times(domain, seed):
     """A valid block after more than MAX_JSON_CANDIDATES broken ones is not looked for."""
     good = "```json\n" + json.dumps(_task_json("Area of a triangle with base 7 and height 2?", seed)) + "\n```\n"
     broken = '```json\n{"question": }\n```\n'
-    near = broken * (tk.MAX_JSON_CANDIDATES - 1) + good
+    near = broken * (jt.MAX_JSON_CANDIDATES - 1) + good
     assert isinstance(domain.parse_task(near, seed), Task)
-    assert domain.parse_task(broken * tk.MAX_JSON_CANDIDATES + good, seed).reason == "invalid_json"
+    assert domain.parse_task(broken * jt.MAX_JSON_CANDIDATES + good, seed).reason == "invalid_json"
 
 
 # ------------------------------------------------------------------------ size
@@ -207,7 +208,7 @@ def test_megabyte_json_string_in_a_tool_call_is_too_large(domain, seed):
 
 def test_generation_just_under_the_size_limit_is_read(domain, seed):
     overhead = len(json.dumps(_task_json("", seed)))
-    question = "Area of a triangle with base 7 and height 2? " + "z" * (tk.MAX_JSON_CHARS - overhead - 60)
+    question = "Area of a triangle with base 7 and height 2? " + "z" * (jt.MAX_JSON_CHARS - overhead - 60)
     text = "```json\n" + json.dumps(_task_json(question, seed)) + "\n```"
     assert isinstance(domain.parse_task(text, seed), Task)
 
@@ -224,11 +225,11 @@ def test_deep_arguments_in_an_otherwise_valid_call_score_zero(domain, seed):
 def test_arguments_at_the_depth_limit_reach_the_official_checker(domain, seeds):
     """The deepest body the parser accepts (object, arguments, then nested lists) is checked safely."""
     task = seeds[ARRAY_SEED_ID]
-    levels = tk.MAX_JSON_DEPTH - 2
+    levels = jt.MAX_JSON_DEPTH - 2
     text = ('<tool_call>{"name": "calculate_average", "arguments": {"numbers": '
             + _nested("[", levels) + "}}</tool_call>")
     parsed = parse_tool_calls(text)
-    assert parsed.ok and tk.json_nesting_depth(parsed.calls[0].arguments) == levels + 1
+    assert parsed.ok and jt.json_nesting_depth(parsed.calls[0].arguments) == levels + 1
     result = domain.score_details(task, text)
     assert result.reward == 0.0 and result.details["error_type"] == "type_error:nested"
 
@@ -292,4 +293,4 @@ def test_numbers_json_cannot_carry(domain, seed, value):
 
 # ------------------------------------------------------------------------ reason codes
 def test_every_limit_reason_is_a_counted_rejection_reason(domain):
-    assert set(tk.JSON_TEXT_ERRORS) <= set(domain.rejection_reasons) == set(bfcl_schema.REJECTION_REASONS)
+    assert set(jt.JSON_TEXT_ERRORS) <= set(domain.rejection_reasons) == set(bfcl_schema.REJECTION_REASONS)

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from genenv_jax import json_text as jt
 from genenv_jax import tokenization as tk
 from genenv_jax.tokenization import ToolCall, parse_tool_calls, render_tool_call, render_tool_calls
 
@@ -188,27 +189,27 @@ def test_render_parse_round_trip():
 def test_json_value_end_skips_brackets_and_escaped_quotes_inside_strings():
     text = 'Task: {"a": "]}\\"[", "b": [1, {"c": "}"}], "d": "\\\\"} trailing ] }'
     start = text.index("{")
-    end = tk.json_value_end(text, start)
+    end = jt.json_value_end(text, start)
     assert text[end:] == " trailing ] }"
-    assert tk.load_json_text(text[start:end]) == {"a": ']}"[', "b": [1, {"c": "}"}], "d": "\\"}
+    assert jt.load_json_text(text[start:end]) == {"a": ']}"[', "b": [1, {"c": "}"}], "d": "\\"}
 
 
 def test_json_value_end_reports_a_value_that_never_closes():
-    with pytest.raises(tk.JSONTextError, match="never closed") as e:
-        tk.json_value_end('{"a": [1, 2', 0)
+    with pytest.raises(jt.JSONTextError, match="never closed") as e:
+        jt.json_value_end('{"a": [1, 2', 0)
     assert e.value.reason == "invalid_json"
 
 
 def test_json_limits_are_inclusive():
-    depth = tk.MAX_JSON_DEPTH
-    assert tk.json_nesting_depth(tk.load_json_text("[" * depth + "]" * depth)) == depth
-    with pytest.raises(tk.JSONTextError) as e:
-        tk.load_json_text("[" * (depth + 1) + "]" * (depth + 1))
+    depth = jt.MAX_JSON_DEPTH
+    assert jt.json_nesting_depth(jt.load_json_text("[" * depth + "]" * depth)) == depth
+    with pytest.raises(jt.JSONTextError) as e:
+        jt.load_json_text("[" * (depth + 1) + "]" * (depth + 1))
     assert e.value.reason == "too_deep"
-    longest = '"' + "x" * (tk.MAX_JSON_CHARS - 2) + '"'
-    assert len(tk.load_json_text(longest)) == tk.MAX_JSON_CHARS - 2
-    with pytest.raises(tk.JSONTextError) as e:
-        tk.load_json_text(longest + " ")
+    longest = '"' + "x" * (jt.MAX_JSON_CHARS - 2) + '"'
+    assert len(jt.load_json_text(longest)) == jt.MAX_JSON_CHARS - 2
+    with pytest.raises(jt.JSONTextError) as e:
+        jt.load_json_text(longest + " ")
     assert e.value.reason == "too_large"
 
 
@@ -222,25 +223,25 @@ def test_json_limits_are_inclusive():
     ('{"a": 1} {"b": 2}', "invalid_json"),  # extra data after the value
 ])
 def test_load_json_text_refuses_values_that_cannot_be_written_back(text, reason):
-    with pytest.raises(tk.JSONTextError) as e:
-        tk.load_json_text(text)
+    with pytest.raises(jt.JSONTextError) as e:
+        jt.load_json_text(text)
     assert e.value.reason == reason
 
 
 def test_surrogate_pair_escapes_are_one_character():
-    assert tk.load_json_text('["\\ud83d\\ude00"]') == ["\U0001F600"]
+    assert jt.load_json_text('["\\ud83d\\ude00"]') == ["\U0001F600"]
 
 
 def test_json_nesting_depth_is_iterative():
     deep: list = []
     for _ in range(5000):  # far past Python's recursion limit
         deep = [deep]
-    assert tk.json_nesting_depth(deep) > tk.MAX_JSON_DEPTH
-    assert tk.json_nesting_depth(3) == 0 and tk.json_nesting_depth({"a": [1, {}]}) == 3
+    assert jt.json_nesting_depth(deep) > jt.MAX_JSON_DEPTH
+    assert jt.json_nesting_depth(3) == 0 and jt.json_nesting_depth({"a": [1, {}]}) == 3
 
 
 def test_limit_reason_codes_are_tool_call_reasons():
-    assert set(tk.JSON_TEXT_ERRORS) <= set(tk.TOOL_CALL_ERRORS)
+    assert set(jt.JSON_TEXT_ERRORS) <= set(tk.TOOL_CALL_ERRORS)
 
 
 def test_blocks_past_the_limit_are_reported_once():

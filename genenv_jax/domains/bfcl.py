@@ -16,11 +16,9 @@ import argparse
 import collections
 import copy
 import hashlib
-import itertools
 import json
-import re
 import sys
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from genenv_jax.domains import bfcl_data, bfcl_schema
 from genenv_jax.domains.base import (
@@ -28,8 +26,8 @@ from genenv_jax.domains.base import (
 from genenv_jax.domains.bfcl_checker import check_calls
 from genenv_jax.domains.bfcl_data import CATEGORIES, IRRELEVANCE_CATEGORIES, SPLITS, SplitFractions
 from genenv_jax.domains.bfcl_schema import REJECTION_REASONS, TaskInvalid
-from genenv_jax.tokenization import (
-    MAX_JSON_CANDIDATES, JSONTextError, json_value_end, load_json_text, parse_tool_calls, render_tool_calls)
+from genenv_jax.domains.bfcl_generation import as_generation, extract_json_object, seed_json, task_as_generation
+from genenv_jax.tokenization import parse_tool_calls, render_tool_calls
 
 DOMAIN_NAME = "bfcl"
 # BFCL appends this to every Python function description in its prompts (bfcl_eval.utils).
@@ -60,75 +58,6 @@ def _python_hinted(functions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
     for f in functions:
         f["description"] = f.get("description", "") + PYTHON_HINT
     return functions
-
-
-def _seed_json(task: Task) -> str:
-    question = task.prompt["question"]
-    shown_question: Any = question[0]["content"] if len(question) == 1 else question
-    return json.dumps({"question": shown_question, "function": task.prompt["functions"],
-                       "ground_truth": task.verifier["ground_truth"]}, ensure_ascii=False)
-
-
-def _as_generation(task: Task) -> str:
-    """A task written as the simulator is asked to write one: BFCL JSON in a fenced block."""
-    return "```json\n" + _seed_json(task) + "\n```"
-
-
-# A ``` fence, its optional language tag and the whitespace after it (the JSON value opens next).
-_FENCE = re.compile(r"```[A-Za-z]*\s*")
-
-
-def _fenced_value_starts(text: str) -> Iterator[int]:
-    """Positions of the `{` or `[` that opens a ``` fenced block, in order (one regex pass)."""
-    for fence in _FENCE.finditer(text):
-        if text[fence.end():fence.end() + 1] in ("{", "["):
-            yield fence.end()
-
-
-def _brace_starts(text: str) -> Iterator[int]:
-    """Positions of every `{` in the text, in order."""
-    start = text.find("{")
-    while start != -1:
-        yield start
-        start = text.find("{", start + 1)
-
-
-def _first_readable_value(text: str, starts: Iterator[int]) -> tuple[bool, Any, JSONTextError | None]:
-    """(found, value, first error) for the first of at most MAX_JSON_CANDIDATES starts that reads as JSON.
-
-    Each try reads only the bracket-matched slice of its value (at most MAX_JSON_CHARS), so a
-    failed try costs its own length and never the rest of the text. A value over a limit ends the
-    search: the later starts lie inside it, and what they hold is a fragment, not the task.
-    """
-    first_error: JSONTextError | None = None
-    for start in itertools.islice(starts, MAX_JSON_CANDIDATES):
-        try:
-            return True, load_json_text(text[start:json_value_end(text, start)]), None
-        except JSONTextError as e:
-            first_error = first_error or e
-            if e.reason in ("too_large", "too_deep"):
-                break
-    return False, None, first_error
-
-
-def extract_json_object(text: str) -> Any:
-    """The JSON value that opens a ``` fenced block, or else the first decodable `{...}` in the text.
-
-    Values are bracket-matched from the block's start, so a "```" inside a JSON string (questions
-    quoting code) does not cut the block short. Linear in the text; limits and reason codes come
-    from `tokenization.load_json_text` (too_large, too_deep, invalid_json, invalid_unicode).
-    """
-    found, value, error = _first_readable_value(text, _fenced_value_starts(text))
-    if found:
-        return value
-    if error is not None:
-        raise TaskInvalid(error.reason, f"fenced block does not parse: {error.detail}")
-    found, value, error = _first_readable_value(text, _brace_starts(text))
-    if found:
-        return value
-    if error is None:
-        raise TaskInvalid("no_json", "no JSON object in the generation")
-    raise TaskInvalid(error.reason, f"no decodable JSON object: {error.detail}")
 
 
 def _task_digest(question: Any, functions: Any, ground_truth: Any) -> str:
@@ -257,7 +186,7 @@ class BFCLDomain(Domain):
 
         def fits(t: Task) -> bool:  # same category, new question, and valid under this domain's rules
             return (t.category == seed.category and bfcl_schema.question_key(t.prompt["question"]) != key
-                    and isinstance(self.parse_task(_as_generation(t), seed), Task))
+                    and isinstance(self.parse_task(as_generation(t), seed), Task))
 
         if sibling is not None and fits(sibling):
             return sibling
@@ -275,7 +204,7 @@ class BFCLDomain(Domain):
 
     def reference_generation(self, seed: Task, sibling: Task | None = None) -> str:
         """A sibling task of the seed's category written as the simulator is asked to (fenced JSON)."""
-        return _as_generation(self._suitable_sibling(seed, sibling))
+        return as_generation(self._suitable_sibling(seed, sibling))
 
     def simulator_prompt(self, seed: Task, recent_success: Sequence[float] = (), difficulty: str = "similar",
                          alpha: float = 0.5) -> ChatPrompt:
@@ -304,7 +233,7 @@ class BFCLDomain(Domain):
             'match the declared parameter types and enums.')
         user = "\n".join([
             f"Seed task (BFCL category: {seed.category}):",
-            "```json", _seed_json(seed), "```",
+            "```json", seed_json(seed), "```",
             "",
             success_line,
             _DIFFICULTY_TEXT[difficulty],
@@ -346,12 +275,6 @@ class BFCLDomain(Domain):
                     prompt={"question": question, "functions": functions},
                     verifier={"ground_truth": ground_truth}, parent_id=seed.task_id,
                     difficulty=difficulty, metadata={"source": "simulator"})
-
-
-def task_as_generation(task: Task) -> str:
-    """A task re-serialised the way the simulator is asked to write one (for tests and fixtures)."""
-    return "```json\n" + json.dumps({"question": task.prompt["question"], "function": task.prompt["functions"],
-                                     "ground_truth": task.verifier["ground_truth"]}, ensure_ascii=False) + "\n```"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ import sys
 import types
 from typing import Any, Mapping, Sequence
 
-from genenv_jax.tokenization import MAX_JSON_DEPTH, ToolCall, json_nesting_depth
+from genenv_jax.json_text import MAX_JSON_DEPTH, json_nesting_depth
+from genenv_jax.tokenization import ToolCall
 
 _CHECKER_MODULE = "bfcl_eval.eval_checker.ast_eval.ast_checker"
 _MODEL_CONFIG_MODULE = "bfcl_eval.constants.model_config"

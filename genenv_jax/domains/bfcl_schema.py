@@ -20,8 +20,8 @@ VALIDATION_LEVELS = ("strict", "lenient")
 # Reason codes of a rejected generation, in the order the checks run.
 REJECTION_REASONS = (
     "no_json",                    # no JSON object in the text
-    "too_large",                  # the JSON value is longer than tokenization.MAX_JSON_CHARS characters
-    "too_deep",                   # the JSON value nests deeper than tokenization.MAX_JSON_DEPTH levels
+    "too_large",                  # the JSON value is longer than json_text.MAX_JSON_CHARS characters
+    "too_deep",                   # the JSON value nests deeper than json_text.MAX_JSON_DEPTH levels
     "invalid_json",               # a JSON block that does not parse (NaN, Infinity, unclosed values included)
     "invalid_unicode",            # a JSON string holds a lone UTF-16 surrogate, which no UTF-8 file can hold
     "not_an_object",              # top-level JSON is not an object

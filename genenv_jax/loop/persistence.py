@@ -9,7 +9,7 @@ from typing import Any, Mapping
 from genenv_jax.checkpointing import Checkpointer, resume
 from genenv_jax.loop.state import POLICIES, LoopState, PolicyState
 from genenv_jax.pools import Pool
-from genenv_jax.run_config import ConfigError, RunConfig, config_changes
+from genenv_jax.run_config import ConfigError, RunConfig
 
 
 def save_state(checkpointer: Checkpointer, state: LoopState, pools: Mapping[str, Pool], config: RunConfig) -> None:
@@ -57,3 +57,43 @@ def load_state(checkpointer: Checkpointer, targets: Mapping[str, PolicyState],
     if restored is None:
         return None
     return LoopState.from_checkpoint(restored.epoch, restored.arrays, restored.meta)
+
+
+# ----------------------------------------------------------------------------------------------
+# Which config changes a resumed run may make
+# ----------------------------------------------------------------------------------------------
+# Keys that may change between a run and its resumption without changing what the run means.
+# Mesh shape, micro-batches and sampler batch size change memory use and speed, not the algorithm.
+SAFE_TO_CHANGE = ("epochs", "allow_config_change", "log.", "checkpoint.", "mesh.", "preset_name",
+                  "agent.sampling.batch_size", "simulator.sampling.batch_size",
+                  "agent.train.micro_batches", "simulator.train.micro_batches")
+
+
+def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and not (key == "options" and prefix == "domain."):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def config_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[tuple[str, Any, Any, bool]]:
+    """(key, saved value, new value, safe) for every key whose value differs between two snapshots."""
+    old, new = _flatten(saved), _flatten(current)
+    changes = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key, "<absent>"), new.get(key, "<absent>")
+        if _normalise(a) != _normalise(b):
+            safe = any(key == s or (s.endswith(".") and key.startswith(s)) for s in SAFE_TO_CHANGE)
+            changes.append((key, a, b, safe))
+    return changes
+
+
+def _normalise(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_normalise(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _normalise(v) for k, v in value.items()}
+    return value
