@@ -1,6 +1,6 @@
 """Benchmark evaluation of params (an HF model dir, a random preset, or params in memory).
 
-Greedy decoding of every task's episode (agent turns and `domain.step` observations), scored by
+Greedy decoding of every task's episode (agent turns and the environment's observations), scored by
 the domain's verifier (for BFCL the official AST checker), reported as per-category accuracy plus
 the domain's summary, written as JSON and Markdown. `evaluate` takes any `GenerateFn`;
 `evaluate_params` decodes with the KV-cache sampler (`genenv_jax.sampling.generate`).
@@ -12,6 +12,7 @@ the domain's summary, written as JSON and Markdown. `evaluate` takes any `Genera
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import json
 import os
@@ -25,9 +26,11 @@ import numpy as np
 from tqdm import tqdm
 
 from genenv_jax import tokenization
+from genenv_jax.chat_text import ChatText
 from genenv_jax.domains.base import Domain, Task
+from genenv_jax.episodes import EpisodeCaps, LocalEnvironments, run_episodes
 from genenv_jax.models import ModelConfig
-from genenv_jax.sampling import generate
+from genenv_jax.sampling import FINISH_LENGTH, FINISH_STOP, SampleOutput, generate
 
 # (prompts, max_new_tokens) -> generated ids per prompt, ending before the first stop token.
 GenerateFn = Callable[[Sequence[Sequence[int]], int], list[list[int]]]
@@ -138,63 +141,61 @@ def _decode_in_batches(generate_fn: GenerateFn, prompts: Mapping[int, list[int]]
     return out
 
 
+def _episode_sampler(generate_fn: GenerateFn, max_new_tokens: int, batch_size: int, end_id: int):
+    """The episode runner's sample function over a GenerateFn (which drops the stop token): a row
+    shorter than the cap stopped, and gets `<|im_end|>` back so the next turn renders correctly."""
+    def sample(prompts: list[list[int]], turn: int) -> SampleOutput:
+        rows = _decode_in_batches(generate_fn, dict(enumerate(prompts)), max_new_tokens, batch_size)
+        rows = [list(rows[i]) + ([end_id] if len(rows[i]) < max_new_tokens else []) for i in range(len(prompts))]
+        width = max([len(r) for r in rows] + [1])
+        tokens = np.zeros((len(rows), width), np.int32)
+        for i, r in enumerate(rows):
+            tokens[i, :len(r)] = r
+        return SampleOutput(tokens=tokens, logprobs=np.zeros(tokens.shape, np.float32),
+                            lengths=np.asarray([len(r) for r in rows], np.int32),
+                            finish_reasons=tuple(FINISH_STOP if r[-1:] == [end_id] else FINISH_LENGTH for r in rows))
+    return sample
+
+
 def evaluate(domain: Domain, tasks: Sequence[Task], generate_fn: GenerateFn, tokenizer: Any,
              max_new_tokens: int = 256, batch_size: int = 8, max_prompt_tokens: int | None = None,
-             max_turns: int = 8, progress: bool = True, config: Mapping[str, Any] | None = None) -> EvalReport:
-    """Decodes every task's episode and scores the agent's final response with the domain.
+             max_turns: int = 8, progress: bool = True,
+             config: Mapping[str, Any] | None = None) -> EvalReport:
+    """Runs one greedy episode per task through the domain's environment and scores it.
 
-    Each turn, the conversation so far is rendered with the chat template and decoded in
-    batches of similar length; `domain.step` then ends the episode or appends an observation
-    (BFCL: one turn). A conversation longer than `max_prompt_tokens` is not decoded and the task
-    counts as a failure ('prompt_too_long'), so the denominators stay the full task set; an
-    episode still open after `max_turns` is scored on its last response.
+    The same episode runner as training (`genenv_jax.episodes`): each turn, the live episodes'
+    prompts are decoded in batches of similar length and their environments answer. A task whose
+    first prompt is longer than `max_prompt_tokens` is not decoded and counts as a failure
+    ('prompt_too_long'), so the denominators stay the full task set; an episode still open after
+    `max_turns` (or past `max_prompt_tokens + max_new_tokens` tokens) is scored as it stands.
     """
     if batch_size < 1 or max_new_tokens < 1 or max_turns < 1:
         raise ValueError("batch_size, max_new_tokens and max_turns must be positive")
-    prompts = [domain.agent_prompt(t) for t in tasks]
-    conversations = [list(p.messages) for p in prompts]
-    first_prompt_tokens = [0] * len(tasks)
-    new_tokens = [0] * len(tasks)
-    final_response = [""] * len(tasks)
-    too_long: set[int] = set()
-    active = list(range(len(tasks)))
-    bar = tqdm(total=len(tasks), desc=f"eval {domain.name}", unit="task", disable=not progress)
-    for turn in range(max_turns):
-        ids = {i: tokenization.encode_chat(tokenizer, conversations[i], prompts[i].tools) for i in active}
-        if turn == 0:
-            for i in active:
-                first_prompt_tokens[i] = len(ids[i])
-        over = {i for i in active if max_prompt_tokens is not None and len(ids[i]) > max_prompt_tokens}
-        too_long |= over
-        bar.update(len(over))
-        active = [i for i in active if i not in over]
-        outs = _decode_in_batches(generate_fn, {i: ids[i] for i in active}, max_new_tokens, batch_size)
-        still_open = []
-        for i in active:
-            text = tokenization.decode(tokenizer, outs[i], skip_special_tokens=False)
-            conversations[i].append({"role": "assistant", "content": text})
-            final_response[i] = text
-            new_tokens[i] += len(outs[i])
-            step = domain.step(tasks[i], conversations[i])
-            if step.done:
-                bar.update(1)
-            else:
-                conversations[i].append(step.observation)
-                still_open.append(i)
-        active = still_open
-        if not active:
-            break
-    bar.update(len(active))
-    bar.close()
+    text = ChatText(tokenizer, tokenization.pad_id(tokenizer), tokenization.stop_ids(tokenizer),
+                    tokenization.im_end_id(tokenizer))
+    limit = max_prompt_tokens if max_prompt_tokens is not None else 1 << 30
+    caps = EpisodeCaps(max_turns=max_turns, max_total_tokens=limit + max_new_tokens, max_new_tokens=max_new_tokens,
+                       max_prompt_len=limit)
+    envs = LocalEnvironments(domain)
+    counters: collections.Counter = collections.Counter()
+    try:
+        with tqdm(total=len(tasks), desc=f"eval {domain.name}", unit="task", disable=not progress) as bar:
+            groups, _ = run_episodes(tasks, 1, envs, text, caps,
+                                     _episode_sampler(generate_fn, max_new_tokens, batch_size, text.end_id),
+                                     counters, bar)
+    finally:
+        envs.close()
+    episode_of = {g[0].episode_id: g[0] for g in groups}
     items = []
     for i, task in enumerate(tasks):
-        if i in too_long:
-            items.append(EvalItem(task.task_id, task.category, 0.0, final_response[i], "prompt_too_long",
-                                  first_prompt_tokens[i], new_tokens[i]))
+        ep = episode_of.get(i)
+        if ep is None:
+            first = len(text.prompt(domain.agent_prompt(task))) if max_prompt_tokens is not None else 0
+            items.append(EvalItem(task.task_id, task.category, 0.0, "", "prompt_too_long", first, 0))
             continue
-        result = domain.score_details(task, final_response[i])
-        items.append(EvalItem(task.task_id, task.category, float(result.reward), final_response[i],
-                              result.details.get("error_type"), first_prompt_tokens[i], new_tokens[i]))
+        generated = sum(t["agent_tokens"] - (t["finish"] == FINISH_STOP) for t in ep.turns)
+        items.append(EvalItem(task.task_id, task.category, ep.reward, ep.final_text, ep.details.get("error_type"),
+                              len(ep.prompt), generated))
     table = per_category_accuracy(items)
     summarize = getattr(domain, "summary", None)
     summary = summarize(table) if callable(summarize) else default_summary(table)

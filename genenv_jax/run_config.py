@@ -114,6 +114,16 @@ class WarmstartSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class EpisodeSettings:
+    """Caps of one agent episode (the per-turn cap is the agent's sampling.max_new_tokens) and the
+    environment worker processes (0: environments step in the loop's process)."""
+
+    max_turns: int
+    max_total_tokens: int
+    env_workers: int
+
+
+@dataclasses.dataclass(frozen=True)
 class CheckpointSettings:
     keep: int
     every_epochs: int
@@ -146,6 +156,7 @@ class RunConfig:
     seed_selection: SeedSelectionSettings
     static_variants_per_seed: int
     replay: ReplaySettings
+    episodes: EpisodeSettings
     warmstart: WarmstartSettings
     checkpoint: CheckpointSettings
     log: LogSettings
@@ -312,7 +323,7 @@ def _check_weights_source(p: PolicySettings) -> None:
 def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
     top = {"seed", "mode", "epochs", "mesh", "allow_config_change", "agent", "simulator", "tokenizer_dir", "domain",
            "curriculum", "seeds_per_epoch", "variants_per_seed", "rollouts_per_task", "seed_selection",
-           "static_variants_per_seed", "replay", "warmstart", "checkpoint", "log", "preset_name"}
+           "static_variants_per_seed", "replay", "episodes", "warmstart", "checkpoint", "log", "preset_name"}
     unknown = sorted(set(tree) - top)
     if unknown:
         raise ConfigError(f"config: unknown key {unknown[0]!r} (known: {', '.join(sorted(top))})")
@@ -360,6 +371,12 @@ def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
             raise _fail(f"replay.{key}", getattr(replay, key), "must be >= 0")
     if replay.tasks_per_epoch and replay.base_ratio + replay.historical_ratio <= 0:
         raise ConfigError("config.replay: base_ratio + historical_ratio must be > 0 when tasks_per_epoch > 0")
+    episodes = _section(EpisodeSettings, tree["episodes"], "episodes")
+    _positive("episodes.max_turns", episodes.max_turns)
+    _positive("episodes.env_workers", episodes.env_workers, 0)
+    if episodes.max_total_tokens < agent.sampling.max_prompt_len + agent.sampling.max_new_tokens:
+        raise _fail("episodes.max_total_tokens", episodes.max_total_tokens,
+                    "must be >= agent.sampling.max_prompt_len + max_new_tokens (a first turn must fit)")
     warmstart = _section(WarmstartSettings, tree["warmstart"], "warmstart")
     _choice("warmstart.simulator_target", warmstart.simulator_target, SIMULATOR_TARGETS)
     if warmstart.enabled:
@@ -382,5 +399,5 @@ def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
                 f"config.{p.name}.train.tasks_per_step x rollouts_per_task = {rows} rows is not divisible by "
                 f"mesh data x fsdp ({data} x {fsdp}) x {p.name}.train.micro_batches ({p.train.micro_batches})")
     return RunConfig(mesh=mesh, agent=agent, simulator=simulator, share_agent_init=share, domain=domain,
-                     curriculum=curriculum, seed_selection=selection, replay=replay, warmstart=warmstart,
+                     curriculum=curriculum, seed_selection=selection, replay=replay, episodes=episodes, warmstart=warmstart,
                      checkpoint=checkpoint, log=log, snapshot=tree, **scalars)

@@ -192,6 +192,17 @@ def encode_chat(tokenizer: "PreTrainedTokenizerBase", messages: Sequence[Mapping
     return encode(tokenizer, render_chat(tokenizer, messages, tools, add_generation_prompt))
 
 
+def encode_continuation(tokenizer: "PreTrainedTokenizerBase", messages: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Token ids that follow an assistant turn's `<|im_end|>` to show `messages` (tool results, the
+    next user turn) and open the next assistant turn, exactly as the chat template renders them."""
+    anchor = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+    before = render_chat(tokenizer, anchor, add_generation_prompt=False)
+    after = render_chat(tokenizer, anchor + [dict(m) for m in messages], add_generation_prompt=True)
+    if not (after.startswith(before) and before.endswith(IM_END + "\n")):
+        raise ValueError("encode_continuation: the chat template does not render turns independently")
+    return encode(tokenizer, "\n" + after[len(before):])
+
+
 # ----------------------------------------------------------------------------------------------
 # Tool calls: text <-> structured
 # ----------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from genenv_jax.domains import Rejection, Rollout, StepResult, Task, get_domain
+from genenv_jax.domains import Rejection, Rollout, StepOutcome, Task, get_domain
 from genenv_jax.domains import bfcl as bfcl_mod
 from genenv_jax.domains import bfcl_checker, bfcl_data, bfcl_schema
 from genenv_jax.domains.bfcl import BFCLDomain
@@ -224,9 +224,12 @@ def test_agent_prompt_and_step(domain, seeds):
     assert [t["name"] for t in prompt.tools] == [f["name"] for f in task.prompt["functions"]]
     assert all(t["description"].endswith(bfcl_mod.PYTHON_HINT) for t in prompt.tools)
     assert not task.prompt["functions"][0]["description"].endswith(bfcl_mod.PYTHON_HINT)  # task untouched
-    assert domain.step(task, [{"role": "assistant", "content": "x"}]) == StepResult(done=True)
-    with pytest.raises(ValueError, match="agent"):
-        domain.step(task, [])
+    env = domain.environment(task)  # single-turn: one agent turn, scored by score_details
+    assert env.reset() == prompt
+    answer = domain.reference_response(task)
+    assert env.step(answer) == StepOutcome(observation=[], done=True)
+    transcript = prompt.messages + [{"role": "assistant", "content": answer}]
+    assert env.score(transcript) == domain.score_details(task, answer) and env.score(transcript).reward == 1.0
 
 
 def test_agent_prompt_renders_with_tokenizer(domain, seeds):
@@ -341,8 +344,8 @@ def test_records_round_trip_json(domain, seeds):
         Task.from_json({k: v for k, v in data.items() if k != "verifier"})
     with pytest.raises(ValueError, match="difficulty"):
         Task(domain="bfcl", task_id="x", category="c", prompt={}, verifier={}, difficulty="hard")
-    with pytest.raises(ValueError, match="exactly one"):
-        StepResult(done=True, observation={"role": "user", "content": "x"})
+    with pytest.raises(ValueError, match="needs an observation"):
+        StepOutcome(observation=[], done=False)
 
 
 def test_seeds_do_not_share_state_with_the_data_cache():

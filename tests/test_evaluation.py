@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from genenv_jax import evaluation, tokenization
-from genenv_jax.domains.base import ChatPrompt, Domain, ScoreResult, StepResult, Task
+from genenv_jax.domains.base import (ChatPrompt, Domain, Environment, ScoreResult, StepOutcome, Task,
+                                     last_assistant_text)
 from genenv_jax.domains.bfcl import BFCLDomain
 from genenv_jax.models import forward, init_params, preset
 
@@ -115,8 +116,27 @@ def test_cli_end_to_end_on_tiny_random_model(tmp_path, capsys):
     assert "wrote" in capsys.readouterr().out
 
 
+class _TwoTurnEnvironment(Environment):
+    """After the first agent turn the environment asks for 'DONE'; success = obeying."""
+
+    def __init__(self, task):
+        self.task = task
+
+    def reset(self):
+        return ChatPrompt(messages=[{"role": "user", "content": self.task.prompt["q"]}])
+
+    def step(self, agent_text):
+        self.turns = getattr(self, "turns", 0) + 1
+        if self.turns >= 2:
+            return StepOutcome(observation=[], done=True)
+        return StepOutcome(observation=[{"role": "user", "content": "say DONE"}], done=False)
+
+    def score(self, transcript):
+        return ScoreResult(float(last_assistant_text(transcript) == "DONE"), {"error_type": None})
+
+
 class _TwoTurnDomain(Domain):
-    """Test domain: after the first agent turn the environment asks for 'DONE'; success = obeying."""
+    """Test domain with a two-turn environment."""
 
     name = "two_turn"
     rejection_reasons = ()
@@ -132,11 +152,10 @@ class _TwoTurnDomain(Domain):
         return seed
 
     def agent_prompt(self, task):
-        return ChatPrompt(messages=[{"role": "user", "content": task.prompt["q"]}])
+        return _TwoTurnEnvironment(task).reset()
 
-    def step(self, task, transcript):
-        turns = sum(m["role"] == "assistant" for m in transcript)
-        return StepResult(done=True) if turns >= 2 else StepResult(False, {"role": "user", "content": "say DONE"})
+    def environment(self, task):
+        return _TwoTurnEnvironment(task)
 
     def score_details(self, task, response):
         return ScoreResult(float(response == "DONE"), {"error_type": None})

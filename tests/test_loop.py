@@ -172,5 +172,5 @@ def test_exceptions_in_parsing_and_scoring_are_counted_and_the_run_goes_on(tmp_p
     monkeypatch.setattr(ToyDomain, "score_details", score_details)
     rows = CoEvolution(toy_config(epochs=1), tmp_path / "run").run()
     assert rows[0]["tasks"] == 0 and rows[0]["rejected/parser_exception:RecursionError"] == 4
-    assert rows[0]["score_exception/KeyError"] == 2 * 2  # the 2 replayed seeds x 2 rollouts
+    assert rows[0]["score_failed/env_exception:KeyError"] == 2 * 2  # the 2 replayed seeds x 2 rollouts
     assert rows[0]["success_rate"] is None and "agent/loss" in rows[0]

@@ -43,6 +43,8 @@ def test_packaged_configs_validate_and_derive_shared_values():
     ("agent.dtype", "int8", r"config.agent.dtype='int8': expected one of"),
     ("domain.max_seeds", -1, r"config.domain.max_seeds=-1: must be >= 0"),
     ("domain.name", "", r"config.domain.name is empty"),
+    ("episodes.max_total_tokens", 100, r"config.episodes.max_total_tokens=100: must be >= agent.sampling.max_prompt_len"),
+    ("episodes.env_workers", -1, r"config.episodes.env_workers=-1: must be >= 0"),
 ])
 def test_bad_values_are_refused_before_any_work_naming_the_key(key, value, message):
     c = toy_config_dict(**{key: value, "mesh.data": 2, "mesh.fsdp": 4})

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from genenv_jax.domains.base import ChatPrompt, Domain, Rejection, ScoreResult, StepResult, Task
+from genenv_jax.domains.base import ChatPrompt, Domain, Rejection, ScoreResult, Task
 
 
 class ToyDomain(Domain):
@@ -46,9 +46,6 @@ class ToyDomain(Domain):
 
     def agent_prompt(self, task: Task) -> ChatPrompt:
         return ChatPrompt(messages=[{"role": "user", "content": task.prompt["question"]}])
-
-    def step(self, task: Task, transcript) -> StepResult:
-        return StepResult(done=True)
 
     def score_details(self, task: Task, response: str) -> ScoreResult:
         return ScoreResult(reward=float(task.verifier["answer"] in response))

@@ -114,6 +114,13 @@ def get_config() -> ConfigDict:
         "base_ratio": 0.5, "historical_ratio": 0.5,
     })
 
+    # Agent episodes: one turn for single-turn domains; multi-turn domains step until done or a cap.
+    c.episodes = ConfigDict({
+        "max_turns": 8,               # agent turns per episode
+        "max_total_tokens": 9000,     # first prompt + all turns and observations (the paper's 9,000)
+        "env_workers": 0,             # environment worker processes (0: step in the loop's process)
+    })
+
     # Optional supervised warm-start on seed data (needed for tiny random models to emit parseable text).
     c.warmstart = ConfigDict({
         "enabled": False, "agent_steps": 0, "simulator_steps": 0, "batch_size": 8, "learning_rate": 1e-3,

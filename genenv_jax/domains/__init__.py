@@ -10,8 +10,8 @@ import importlib
 from typing import Any
 
 from genenv_jax.domains.base import (
-    DIFFICULTY_DIRECTIONS, SCHEMA_VERSION, ChatPrompt, Domain, Rejection, Rollout, ScoreResult,
-    StepResult, Task, difficulty_direction)
+    DIFFICULTY_DIRECTIONS, SCHEMA_VERSION, ChatPrompt, Domain, Environment, Rejection, Rollout, ScoreResult,
+    SingleTurnEnvironment, StepOutcome, Task, difficulty_direction)
 
 # name -> "module:class"
 DOMAINS = {"bfcl": "genenv_jax.domains.bfcl:BFCLDomain"}
@@ -25,5 +25,6 @@ def get_domain(name: str, **kwargs: Any) -> Domain:
     return getattr(importlib.import_module(module_name), cls_name)(**kwargs)
 
 
-__all__ = ["DIFFICULTY_DIRECTIONS", "DOMAINS", "SCHEMA_VERSION", "ChatPrompt", "Domain", "Rejection",
-           "Rollout", "ScoreResult", "StepResult", "Task", "difficulty_direction", "get_domain"]
+__all__ = ["DIFFICULTY_DIRECTIONS", "DOMAINS", "SCHEMA_VERSION", "ChatPrompt", "Domain", "Environment",
+           "Rejection", "Rollout", "ScoreResult", "SingleTurnEnvironment", "StepOutcome", "Task",
+           "difficulty_direction", "get_domain"]

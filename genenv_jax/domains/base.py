@@ -117,10 +117,7 @@ class Rollout(_Record):
     @property
     def final_response(self) -> str:
         """Content of the last assistant message ('' if there is none)."""
-        for message in reversed(self.transcript):
-            if message.get("role") == "assistant":
-                return str(message.get("content", ""))
-        return ""
+        return last_assistant_text(self.transcript)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,15 +132,21 @@ class ChatPrompt:
 
 
 @dataclasses.dataclass(frozen=True)
-class StepResult:
-    """The environment's answer to the latest agent turn: the next observation, or done."""
+class StepOutcome:
+    """The environment's answer to one agent turn.
 
+    observation: the messages the agent sees next (tool results as role "tool", the next user turn
+      as role "user"); empty when `done`. info: per-step facts to count, e.g.
+      {"errors": {"unknown_method": 1}} for calls the environment refused.
+    """
+
+    observation: list[Message]
     done: bool
-    observation: Message | None = None
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
-        if self.done == (self.observation is not None):
-            raise ValueError("StepResult: exactly one of done=True or an observation is required")
+        if not self.done and not self.observation:
+            raise ValueError("StepOutcome: an episode that goes on needs an observation")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,6 +171,47 @@ def difficulty_direction(recent_success: Sequence[float], alpha: float = 0.5, ba
     if p < alpha - band:
         return "easier"
     return "similar"
+
+
+class Environment(abc.ABC):
+    """One episode's environment state. It lives in one process (the loop's, or an environment
+    worker's) from `reset` to `score` and is never pickled: pools keep the task and the transcript."""
+
+    @abc.abstractmethod
+    def reset(self) -> ChatPrompt:
+        """The agent's first prompt (messages and tool schemas)."""
+
+    @abc.abstractmethod
+    def step(self, agent_text: str) -> StepOutcome:
+        """Applies one agent turn (model text: parse it, never execute it) and answers."""
+
+    @abc.abstractmethod
+    def score(self, transcript: Sequence[Message]) -> ScoreResult:
+        """R_agent of the whole episode (end state and/or transcript), with the verifier's details."""
+
+
+class SingleTurnEnvironment(Environment):
+    """A task answered in one agent turn and scored on that response (the default episode)."""
+
+    def __init__(self, domain: "Domain", task: Task):
+        self.domain, self.task = domain, task
+
+    def reset(self) -> ChatPrompt:
+        return self.domain.agent_prompt(self.task)
+
+    def step(self, agent_text: str) -> StepOutcome:
+        return StepOutcome(observation=[], done=True)
+
+    def score(self, transcript: Sequence[Message]) -> ScoreResult:
+        return self.domain.score_details(self.task, last_assistant_text(transcript))
+
+
+def last_assistant_text(transcript: Sequence[Message]) -> str:
+    """Content of the last assistant message ('' if there is none)."""
+    for message in reversed(transcript):
+        if message.get("role") == "assistant":
+            return str(message.get("content", ""))
+    return ""
 
 
 class Domain(abc.ABC):
@@ -204,21 +248,27 @@ class Domain(abc.ABC):
     def agent_prompt(self, task: Task) -> ChatPrompt:
         """The agent's first prompt for a task."""
 
-    @abc.abstractmethod
-    def step(self, task: Task, transcript: Sequence[Message]) -> StepResult:
-        """The environment's reply to a transcript ending in an agent turn."""
+    def environment(self, task: Task) -> Environment:
+        """A fresh environment for one episode of `task`. Single-turn domains keep this default
+        (one agent turn, scored by `score_details`); multi-turn domains return their own."""
+        return SingleTurnEnvironment(self, task)
 
     @abc.abstractmethod
     def score_details(self, task: Task, response: str) -> ScoreResult:
-        """R_agent of the agent's final response, with the verifier's explanation."""
+        """R_agent of a single-turn response, with the verifier's explanation."""
 
     def score(self, task: Task, response: str) -> float:
-        """R_agent in [0, 1] of the agent's final response."""
+        """R_agent in [0, 1] of a single-turn response."""
         return self.score_details(task, response).reward
 
     @abc.abstractmethod
     def reference_response(self, task: Task) -> str:
         """An ideal assistant response for the task (its ground truth), for SFT warm-start data."""
+
+    def reference_turns(self, task: Task) -> list[str]:
+        """The agent texts of an ideal episode (SFT warm-start demonstrations): one turn by default;
+        multi-turn domains list every agent turn, and the environment supplies the observations."""
+        return [self.reference_response(task)]
 
     @abc.abstractmethod
     def reference_generation(self, seed: Task, sibling: Task | None = None) -> str:

@@ -21,8 +21,7 @@ import sys
 from typing import Any, Mapping, Sequence
 
 from genenv_jax.domains import bfcl_data, bfcl_schema
-from genenv_jax.domains.base import (
-    DIFFICULTY_DIRECTIONS, ChatPrompt, Domain, Message, Rejection, ScoreResult, StepResult, Task)
+from genenv_jax.domains.base import DIFFICULTY_DIRECTIONS, ChatPrompt, Domain, Rejection, ScoreResult, Task
 from genenv_jax.domains.bfcl_checker import check_calls
 from genenv_jax.domains.bfcl_data import CATEGORIES, IRRELEVANCE_CATEGORIES, SPLITS, SplitFractions
 from genenv_jax.domains.bfcl_schema import REJECTION_REASONS, TaskInvalid
@@ -124,12 +123,6 @@ class BFCLDomain(Domain):
         """The question's messages, with the function docs as tools (BFCL's Python hint appended)."""
         return ChatPrompt(messages=copy.deepcopy(task.prompt["question"]),
                           tools=_python_hinted(task.prompt["functions"]) or None)
-
-    def step(self, task: Task, transcript: Sequence[Message]) -> StepResult:
-        """BFCL single-turn: the first agent turn ends the episode."""
-        if not any(m.get("role") == "assistant" for m in transcript):
-            raise ValueError(f"{task.task_id}: step() needs a transcript with an agent (assistant) turn")
-        return StepResult(done=True)
 
     def score_details(self, task: Task, response: str) -> ScoreResult:
         """1.0 if the response's calls pass the official checker (irrelevance: if it makes no call)."""

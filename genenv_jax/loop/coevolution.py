@@ -22,9 +22,11 @@ from tqdm.auto import tqdm
 
 from genenv_jax import curriculum
 from genenv_jax.checkpointing import Checkpointer
-from genenv_jax.domains import get_domain
+from genenv_jax.domains import DOMAINS, get_domain
+from genenv_jax.episodes import LocalEnvironments, WorkerEnvironments
 from genenv_jax.loop import learning, records
-from genenv_jax.loop.context import ChatText, LoopContext, training_seeds
+from genenv_jax.chat_text import ChatText
+from genenv_jax.loop.context import LoopContext, training_seeds
 from genenv_jax.loop.persistence import check_config_change, load_state, save_state
 from genenv_jax.loop.policy import Policy, build_policy, copy_params
 from genenv_jax.loop.rollouts import rollouts
@@ -62,6 +64,9 @@ class CoEvolution:
 
         self.agent = policy(config.agent)
         self.simulator = policy(config.simulator)
+        self.environments = (LocalEnvironments(domain) if config.episodes.env_workers == 0 else
+                             WorkerEnvironments(DOMAINS[config.domain.name], config.domain.options,
+                                                config.episodes.env_workers))
         self.pools = {name: Pool(self.workdir / "pools", name) for name in POOLS}
         generator = TaskGenerator(self.ctx, self.simulator)
         self.task_source = (StaticTasks(self.ctx, generator, self.pools["static_tasks"]) if config.mode == "static"
@@ -118,8 +123,8 @@ class CoEvolution:
 
         # 4-5. n agent rollouts per task (generated + replayed) and their rewards R_agent.
         replay = replay_tasks(ctx, self.pools["d_train"], epoch)
-        groups = rollouts(ctx, self.agent, state.agent.params, tasks + replay,
-                          [False] * len(tasks) + [True] * len(replay), epoch, counters)
+        groups, episode_stats = rollouts(ctx, self.agent, state.agent.params, self.environments, tasks + replay,
+                                         [False] * len(tasks) + [True] * len(replay), epoch, counters)
         t_roll = time.time()
 
         # 6. p_hat, R_env and the band on the generated tasks; per-seed stats for the next epoch.
@@ -143,9 +148,10 @@ class CoEvolution:
         self.pools["d_env"].append_epoch(epoch, records.d_env_records(gens, by_task, c.simulator.train.loss.reward_lambda))
         records.write_samples(self.workdir / "samples", epoch, gens, groups, c.log.samples_per_epoch)
         times = {"generate_s": t_gen - t0, "rollouts_s": t_roll - t_gen, "updates_s": t_upd - t_roll}
+        episodes = [ep for g in groups for ep in g.episodes]
         return records.epoch_metrics(gens=gens, generated=None if c.mode == "static" else len(gens), groups=groups,
-                                     scores=scores, replayed=len(replay), times=times) | dict(
-            counters) | agent_metrics | simulator_metrics
+                                     scores=scores, replayed=len(replay), times=times) | episode_stats.metrics(
+            episodes) | dict(counters) | agent_metrics | simulator_metrics
 
     @staticmethod
     def _update_seed_stats(state: LoopState, scores, variances: dict[str, float]) -> None:
@@ -184,6 +190,7 @@ class CoEvolution:
             self.checkpointer.wait_until_finished()
         finally:
             self.checkpointer.close()
+            self.environments.close()
             metrics.close()
         rows = [r for r in read_metrics(self.workdir / "metrics.jsonl") if r["epoch"] >= 0]
         plot_curves(rows, self.workdir / "curves.png", title=f"GenEnv ({c.mode}) on {c.domain.name}")

@@ -1,17 +1,16 @@
-"""What every stage of an epoch shares: the run config, the domain and its seeds, the tokenizer,
-per-(epoch, stream) random seeds and progress bars."""
+"""What every stage of an epoch shares: the run config, the domain and its seeds, the tokenizer
+(`ChatText`), per-(epoch, stream) random seeds and progress bars."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from genenv_jax import tokenization
-from genenv_jax.domains.base import ChatPrompt, Domain, Task
+from genenv_jax.chat_text import ChatText
+from genenv_jax.domains.base import Domain, Task
 from genenv_jax.run_config import RunConfig
 
 # Streams of `epoch_seed`: one per random choice an epoch makes, so each is replayed exactly on resume.
@@ -22,30 +21,6 @@ STREAM_WARMSTART_AGENT, STREAM_WARMSTART_SIMULATOR = 101, 102
 def epoch_seed(seed: int, epoch: int, stream: int) -> int:
     """A 32-bit seed for one random stream of one epoch."""
     return int(np.random.SeedSequence([seed, epoch, stream]).generate_state(1)[0])
-
-
-@dataclasses.dataclass(frozen=True)
-class ChatText:
-    """The tokenizer as the loop uses it: chat prompts -> ids, ids -> text, special ids."""
-
-    tokenizer: object
-    pad_id: int
-    stop_ids: tuple[int, ...]
-    end_id: int  # <|im_end|>: closes every SFT target
-
-    @classmethod
-    def load(cls, directory: str | None) -> "ChatText":
-        tok = tokenization.load_tokenizer(directory)
-        return cls(tok, tokenization.pad_id(tok), tokenization.stop_ids(tok), tokenization.im_end_id(tok))
-
-    def prompt(self, prompt: ChatPrompt) -> list[int]:
-        return tokenization.encode_chat(self.tokenizer, prompt.messages, prompt.tools)
-
-    def encode(self, text: str) -> list[int]:
-        return tokenization.encode(self.tokenizer, text)
-
-    def decode(self, tokens: Sequence[int]) -> str:
-        return tokenization.decode(self.tokenizer, tokens, skip_special_tokens=True)
 
 
 @dataclasses.dataclass

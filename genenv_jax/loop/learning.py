@@ -9,6 +9,7 @@ from typing import Iterator, Mapping, Sequence
 import numpy as np
 
 from genenv_jax.domains.base import DIFFICULTY_DIRECTIONS, Task
+from genenv_jax.episodes import Episode
 from genenv_jax.loop.context import (STREAM_GRPO, STREAM_RWR, STREAM_WARMSTART_AGENT, STREAM_WARMSTART_SIMULATOR,
                                      LoopContext)
 from genenv_jax.loop.policy import Policy
@@ -28,7 +29,7 @@ def update_agent(ctx: LoopContext, agent: Policy, state: PolicyState, groups: Se
     rewards = np.asarray([r for g in groups for r in g.rewards], np.float32)
     adv = np.asarray(grpo_advantages(rewards, n, eps=loss.adv_eps, ddof=loss.std_ddof,
                                      normalize_by_std=loss.normalize_by_std)).reshape(len(groups), n)
-    rows_of = [[TrainRow(g.prompt, resp, float(a), lp) for resp, lp, a in zip(g.responses, g.logprobs, adv[i])]
+    rows_of = [[TrainRow(ep.prompt, ep.tokens, float(a), *_logprobs_and_mask(ep)) for ep, a in zip(g.episodes, adv[i])]
                for i, g in enumerate(groups)]
     rng = np.random.default_rng(ctx.seed(epoch, STREAM_GRPO))
     steps = []
@@ -36,12 +37,19 @@ def update_agent(ctx: LoopContext, agent: Policy, state: PolicyState, groups: Se
         order = rng.permutation(len(groups))
         steps += [[r for i in order[s:s + u.tasks_per_step] for r in rows_of[i]]
                   for s in range(0, len(groups), u.tasks_per_step)]
+    longest = max(len(r.response) for rows in rows_of for r in rows)
     shape = batch_shape([r for rows in rows_of for r in rows], u.tasks_per_step * n, agent.rows_multiple,
-                        response_len=agent.settings.sampling.max_new_tokens)
+                        response_len=max(longest, agent.settings.sampling.max_new_tokens))
     state, history = train_steps(agent.train, state, steps, **shape, pad_id=ctx.text.pad_id,
                                  scalar_key="advantages", desc=f"epoch {epoch}: GRPO",
                                  show_progress=ctx.config.log.progress_bars)
     return state, summarise("agent", history)
+
+
+def _logprobs_and_mask(ep: Episode) -> tuple[np.ndarray, np.ndarray | None]:
+    """The episode's old logprobs and, when it has observation tokens, its agent-token loss mask."""
+    mask, logprobs = ep.response_arrays()
+    return logprobs, (None if mask.all() else mask)
 
 
 def update_simulator(ctx: LoopContext, simulator: Policy, state: PolicyState, gens: Sequence[Generation],
@@ -69,14 +77,33 @@ def warmstart_examples(ctx: LoopContext) -> tuple[list[TrainRow], list[TrainRow]
     """(agent, simulator) SFT rows from the first seeds: reference answers and reference generations."""
     w, domain, text = ctx.config.warmstart, ctx.domain, ctx.text
     seeds = ctx.train_seeds[:w.num_seeds or len(ctx.train_seeds)]
-    agent = [TrainRow(text.prompt(domain.agent_prompt(s)), text.encode(domain.reference_response(s)) + [text.end_id])
-             for s in seeds]
+    agent = [demonstration_row(ctx, s) for s in seeds]
     target_of = _simulator_targets(ctx, seeds)
     alpha = ctx.config.curriculum.alpha
     simulator = [TrainRow(text.prompt(domain.simulator_prompt(s, (), direction, alpha)),
                           text.encode(target_of[s.task_id]) + [text.end_id])
                  for s in seeds for direction in DIFFICULTY_DIRECTIONS]  # every direction the loop may ask for
     return agent, simulator
+
+
+def demonstration_row(ctx: LoopContext, task: Task) -> TrainRow:
+    """The domain's ideal episode of `task` as one SFT row: its reference agent turns (in the loss)
+    with the environment's real observations between them (not in the loss)."""
+    text, env = ctx.text, ctx.domain.environment(task)
+    prompt = text.prompt(env.reset())
+    tokens: list[int] = []
+    mask: list[float] = []
+    for agent_text in ctx.domain.reference_turns(task):
+        turn = text.encode(agent_text) + [text.end_id]
+        tokens += turn
+        mask += [1.0] * len(turn)
+        outcome = env.step(agent_text)
+        if outcome.done:
+            break
+        observation = text.continuation(outcome.observation)
+        tokens += observation
+        mask += [0.0] * len(observation)
+    return TrainRow(prompt, tokens, loss_mask=None if all(mask) else np.asarray(mask, np.float32))
 
 
 def _simulator_targets(ctx: LoopContext, seeds: Sequence[Task]) -> dict[str, str]:

@@ -20,10 +20,13 @@ def length_bucket(n: int, minimum: int = 16) -> int:
 
 
 def pack_sequences(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int, *,
-                   response_logprobs: Sequence[Sequence[float]] | None = None, num_rows: int | None = None,
+                   response_logprobs: Sequence[Sequence[float]] | None = None,
+                   response_masks: Sequence[Sequence[float]] | None = None, num_rows: int | None = None,
                    prompt_len: int | None = None, response_len: int | None = None) -> dict[str, np.ndarray]:
     """A batch dict: tokens, attention_mask (int32), loss_mask (float32, on response tokens) [B, P + R],
     and old_logprobs (float32, aligned with tokens) when `response_logprobs` is given.
+    `response_masks` limits the loss to some response tokens (a multi-turn episode's agent turns,
+    not its observations); by default every response token is in the loss.
 
     `num_rows` pads the batch with empty rows (all-zero masks, no loss) up to a fixed row count;
     `prompt_len` / `response_len` fix P / R (default: buckets of the longest prompt / response).
@@ -49,7 +52,13 @@ def pack_sequences(prompts: Sequence[Sequence[int]], responses: Sequence[Sequenc
         tokens[i, start:p_len] = prompt
         tokens[i, p_len:p_len + len(response)] = response
         attention[i, start:p_len + len(response)] = 1
-        loss_mask[i, p_len:p_len + len(response)] = 1.0
+        if response_masks is None:
+            loss_mask[i, p_len:p_len + len(response)] = 1.0
+        else:
+            mask = np.asarray(response_masks[i], np.float32)
+            if mask.shape != (len(response),):
+                raise ValueError(f"row {i}: {mask.shape[0]} loss-mask entries for {len(response)} response tokens")
+            loss_mask[i, p_len:p_len + len(response)] = mask
         if response_logprobs is not None:
             lp = np.asarray(response_logprobs[i], np.float32)
             if lp.shape != (len(response),):

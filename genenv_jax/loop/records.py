@@ -17,10 +17,11 @@ from genenv_jax.loop.tasks import Generation
 
 
 def d_train_records(groups: Sequence[RolloutGroup]) -> list[dict]:
-    """The agent's pool: every valid rollout (successes and failures) with its task and reward."""
-    return [{"task": g.task.to_json(), "response": text, "reward": r, "seed_id": g.task.parent_id,
-             "replayed": g.replayed}
-            for g in groups for text, r, ok in zip(g.texts, g.rewards, g.valid) if ok]
+    """The agent's pool: every valid episode (successes and failures) with its task, whole
+    transcript (turns with roles), reward, end reason and per-turn metadata."""
+    return [{"task": g.task.to_json(), "response": ep.final_text, "transcript": ep.transcript, "reward": ep.reward,
+             "end_reason": ep.end_reason, "turns": ep.turns, "seed_id": g.task.parent_id, "replayed": g.replayed}
+            for g in groups for ep in g.episodes if ep.valid]
 
 
 def d_env_records(gens: Sequence[Generation], scores: Mapping[str, TaskScore], reward_lambda: float) -> list[dict]:
@@ -60,7 +61,7 @@ def epoch_metrics(*, gens: Sequence[Generation], generated: int | None, groups: 
     """The epoch's curriculum, rollout and throughput numbers (update and counter metrics are added by the loop)."""
     tasks = sum(1 for g in gens if g.task)
     fresh = [g for g in groups if not g.replayed]
-    responses = [len(r) for g in groups for r in g.responses]
+    responses = [int(sum(ep.loss_mask)) for g in groups for ep in g.episodes]  # agent tokens per episode
     sampled_tokens = sum(responses) + sum(len(g.tokens) for g in gens)
     return {
         "tasks": tasks, "generated": generated, "replayed_tasks": replayed,

@@ -1,4 +1,4 @@
-"""The agent's n rollouts per task and their rewards R_agent (one GRPO group per task)."""
+"""The agent's n episodes per task and their rewards R_agent (one GRPO group per task)."""
 
 from __future__ import annotations
 
@@ -6,70 +6,46 @@ import collections
 import dataclasses
 from typing import Sequence
 
-import numpy as np
-
-from genenv_jax import tokenization
 from genenv_jax.domains.base import Task
-from genenv_jax.loop.context import STREAM_ROLLOUTS, LoopContext
+from genenv_jax.episodes import Episode, EpisodeCaps, EpisodeStats, run_episodes
+from genenv_jax.loop.context import STREAM_ROLLOUTS, LoopContext, epoch_seed
 from genenv_jax.loop.policy import Policy
-from genenv_jax.sampling import FINISH_STOP
 
 
 @dataclasses.dataclass
 class RolloutGroup:
-    """A task's n agent rollouts (one GRPO group)."""
+    """A task's n agent episodes (one GRPO group)."""
 
     task: Task
-    prompt: list[int]
-    responses: list[list[int]]
-    logprobs: list[np.ndarray]
-    texts: list[str]
-    rewards: list[float]
-    valid: list[bool]        # ended with a stop token and every tool-call block parsed
-    finish_reasons: list[str]
+    episodes: list[Episode]
     replayed: bool = False
 
+    @property
+    def rewards(self) -> list[float]:
+        return [ep.reward for ep in self.episodes]
 
-def _score(ctx: LoopContext, task: Task, text: str, counters: collections.Counter) -> float:
-    """R_agent; an unexpected exception in the verifier scores 0 and is counted by type."""
-    try:
-        return float(ctx.domain.score(task, text))
-    except Exception as e:  # noqa: BLE001 - model text must never stop the run
-        counters[f"score_exception/{type(e).__name__}"] += 1
-        return 0.0
-
-
-def _valid(text: str, finish_reason: str, counters: collections.Counter) -> bool:
-    try:
-        return finish_reason == FINISH_STOP and tokenization.parse_tool_calls(text).ok
-    except Exception as e:  # noqa: BLE001
-        counters[f"tool_call_parse_exception/{type(e).__name__}"] += 1
-        return False
+    @property
+    def valid(self) -> list[bool]:
+        return [ep.valid for ep in self.episodes]
 
 
-def rollouts(ctx: LoopContext, agent: Policy, agent_params, tasks: Sequence[Task], replayed: Sequence[bool],
-             epoch: int, counters: collections.Counter) -> list[RolloutGroup]:
-    """Samples `rollouts_per_task` responses per task in one batch and scores each."""
+def episode_caps(ctx: LoopContext, agent: Policy) -> EpisodeCaps:
+    s, e = agent.settings.sampling, ctx.config.episodes
+    return EpisodeCaps(max_turns=e.max_turns, max_total_tokens=e.max_total_tokens, max_new_tokens=s.max_new_tokens,
+                       max_prompt_len=s.max_prompt_len)
+
+
+def rollouts(ctx: LoopContext, agent: Policy, agent_params, envs, tasks: Sequence[Task], replayed: Sequence[bool],
+             epoch: int, counters: collections.Counter) -> tuple[list[RolloutGroup], EpisodeStats]:
+    """Runs `rollouts_per_task` episodes per task, every turn's live episodes as one sampler batch."""
     n = ctx.config.rollouts_per_task
-    prompts, kept = [], []
-    for task, rep in zip(tasks, replayed):
-        ids = ctx.text.prompt(ctx.domain.agent_prompt(task))
-        if len(ids) > agent.settings.sampling.max_prompt_len:
-            counters["agent_prompt_too_long"] += 1
-            continue
-        prompts.append(ids)
-        kept.append((task, rep))
-    flat = [p for p in prompts for _ in range(n)]
-    with ctx.progress(len(flat), f"epoch {epoch}: agent rollouts") as bar:
-        out = agent.sample(agent_params, flat, ctx.seed(epoch, STREAM_ROLLOUTS), ctx.text.stop_ids, bar)
-    toks, lps = out.token_lists(), out.logprob_lists()
-    groups = []
-    for i, ((task, rep), prompt) in enumerate(zip(kept, prompts)):
-        rows = range(i * n, (i + 1) * n)
-        texts = [ctx.text.decode(toks[j]) for j in rows]
-        reasons = [out.finish_reasons[j] for j in rows]
-        groups.append(RolloutGroup(
-            task, prompt, [toks[j] for j in rows], [lps[j] for j in rows], texts,
-            rewards=[_score(ctx, task, t, counters) for t in texts],
-            valid=[_valid(t, r, counters) for t, r in zip(texts, reasons)], finish_reasons=reasons, replayed=rep))
-    return groups
+    placed = agent.sampler.prepare_params(agent_params)  # once for every turn
+
+    def sample(prompts, turn):
+        seed = ctx.seed(epoch, STREAM_ROLLOUTS) if turn == 0 else epoch_seed(ctx.config.seed, epoch,
+                                                                             STREAM_ROLLOUTS * 1000 + turn)
+        return agent.sample(placed, prompts, seed, ctx.text.stop_ids)
+
+    with ctx.progress(len(tasks) * n, f"epoch {epoch}: agent episodes", unit="episode") as bar:
+        groups, stats = run_episodes(tasks, n, envs, ctx.text, episode_caps(ctx, agent), sample, counters, bar)
+    return [RolloutGroup(g[0].task, g, replayed[g[0].episode_id // n]) for g in groups], stats

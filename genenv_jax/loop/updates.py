@@ -17,14 +17,16 @@ TrainFn = Callable[[PolicyState, Mapping[str, np.ndarray]], tuple[PolicyState, d
 
 @dataclasses.dataclass(frozen=True)
 class TrainRow:
-    """One training sequence: prompt ids, response ids (in the loss), and the row's scalar
-    (`advantages` for GRPO, `rewards` = R_env for RWR, unused 0 for SFT); `logprobs` are the
-    sampler's old logprobs of the response tokens (GRPO's importance ratio)."""
+    """One training sequence: prompt ids, response ids, and the row's scalar (`advantages` for
+    GRPO, `rewards` = R_env for RWR, unused 0 for SFT). `logprobs` are the sampler's old logprobs
+    of the response tokens (GRPO's importance ratio); `loss_mask` marks the response tokens in the
+    loss (a multi-turn episode's agent tokens), all of them when None."""
 
     prompt: Sequence[int]
     response: Sequence[int]
     scalar: float = 0.0
     logprobs: np.ndarray | None = None
+    loss_mask: np.ndarray | None = None
 
 
 def train_steps(train: TrainFn, state: PolicyState, steps: Iterable[Sequence[TrainRow]], *, rows: int,
@@ -34,8 +36,11 @@ def train_steps(train: TrainFn, state: PolicyState, steps: Iterable[Sequence[Tra
     history = []
     for chosen in tqdm(steps, desc=desc, total=total, leave=False, disable=not show_progress):
         with_logprobs = chosen[0].logprobs is not None
+        with_masks = any(r.loss_mask is not None for r in chosen)
+        masks = [np.ones(len(r.response), np.float32) if r.loss_mask is None else r.loss_mask for r in chosen]
         batch = pack_sequences([r.prompt for r in chosen], [r.response for r in chosen], pad_id,
                                response_logprobs=[r.logprobs for r in chosen] if with_logprobs else None,
+                               response_masks=masks if with_masks else None,
                                num_rows=rows, prompt_len=prompt_len, response_len=response_len)
         batch[scalar_key] = np.zeros((rows,), np.float32)
         batch[scalar_key][:len(chosen)] = [r.scalar for r in chosen]

@@ -1,0 +1,37 @@
+"""The tokenizer as the loop and the evaluator use it: chat prompts and observations -> ids,
+ids -> text, and the special ids that end or close a turn."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+from genenv_jax import tokenization
+from genenv_jax.domains.base import ChatPrompt, Message
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatText:
+    tokenizer: object
+    pad_id: int
+    stop_ids: tuple[int, ...]
+    end_id: int  # <|im_end|>: closes every assistant turn (and every SFT target)
+
+    @classmethod
+    def load(cls, directory: str | None) -> "ChatText":
+        """From a model / tokenizer directory, or the bundled Qwen2.5 tokenizer when None."""
+        tok = tokenization.load_tokenizer(directory)
+        return cls(tok, tokenization.pad_id(tok), tokenization.stop_ids(tok), tokenization.im_end_id(tok))
+
+    def prompt(self, prompt: ChatPrompt) -> list[int]:
+        return tokenization.encode_chat(self.tokenizer, prompt.messages, prompt.tools)
+
+    def continuation(self, messages: Sequence[Message]) -> list[int]:
+        """Ids appended after an agent turn to show `messages` and open the next agent turn."""
+        return tokenization.encode_continuation(self.tokenizer, messages)
+
+    def encode(self, text: str) -> list[int]:
+        return tokenization.encode(self.tokenizer, text)
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        return tokenization.decode(self.tokenizer, tokens, skip_special_tokens=True)
