@@ -14,7 +14,8 @@ from genenv_jax.domains.base import (
     SingleTurnEnvironment, StepOutcome, Task, difficulty_direction)
 
 # name -> "module:class"
-DOMAINS = {"bfcl": "genenv_jax.domains.bfcl:BFCLDomain"}
+DOMAINS = {"bfcl": "genenv_jax.domains.bfcl:BFCLDomain",
+           "bfcl_multiturn": "genenv_jax.domains.bfcl_multiturn:BFCLMultiTurnDomain"}
 
 
 def get_domain(name: str, **kwargs: Any) -> Domain:
