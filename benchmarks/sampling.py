@@ -14,6 +14,21 @@ Example (one H200):
 CPU demo:
   JAX_PLATFORMS=cpu python benchmarks/sampling.py --preset micro --batch 1,8 --prompt_len 64 \\
       --new_tokens 32 --dtype float32 --measure_hw
+
+Slot use (--slot_use): how busy the decode slots stay on a mix of response lengths. --prompts
+prompts (random ids, random lengths in [prompt_len / 4, prompt_len]) get their response lengths
+from per-prompt caps, greedy and without stop tokens, so every row ends exactly at its cap: a
+--long_fraction of them (chosen at random positions in the queue) at --new_tokens, the rest at a
+length drawn uniformly from --short_caps. The sampler uses a cap only to end the row (and to size
+the cache window), never to order the queue, so to the scheduler a cap is as unforeseeable as a
+stop token. It prints useful tokens per decode step (tokens chosen by decode steps; each row's
+first token comes from its prefill) over the slot count for
+  before: the prompts in batches of --slots, each decoding until its longest row is done;
+  after:  one call on --slots slots, finished slots refilled from the queue;
+and the bound no scheduler can beat: useful tokens / (slots x max(longest row's steps,
+useful tokens / slots)). Example (CPU):
+  JAX_PLATFORMS=cpu python benchmarks/sampling.py --preset micro --dtype float32 --slot_use \\
+      --prompts 1024 --slots 256 --prompt_len 64 --new_tokens 256 --long_fraction 0.1 --short_caps 1,255
 """
 
 from __future__ import annotations
@@ -64,6 +79,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--hf", action="store_true", help="also time HF transformers generate on the same shapes")
     p.add_argument("--hf_attention", default="sdpa", help="HF attn_implementation: sdpa, eager, ...")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--slot_use", action="store_true", help="measure slot use on a response-length mix instead")
+    p.add_argument("--prompts", type=int, default=1024, help="--slot_use: prompts in the call")
+    p.add_argument("--slots", type=int, default=256, help="--slot_use: decode slots")
+    p.add_argument("--long_fraction", type=float, default=0.1, help="--slot_use: rows that run to --new_tokens")
+    p.add_argument("--short_caps", type=_ints, default=[1, 255],
+                   help="--slot_use: the other rows' lengths, uniform in this inclusive range")
     return p.parse_args(argv)
 
 
@@ -120,25 +141,83 @@ def decode_limit(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int,
 
 # ----- runs -----
 def time_ours(sampler: Sampler, params, prompts: list[list[int]], new_tokens: int, repeats: int) -> dict[str, float]:
+    """Best prefill and decode seconds over `repeats` runs (after a compile run), one slot per row.
+
+    prefill_s: the refill program (prefill of every row + first token); decode_s: the decode
+    segments plus the window resizes between them (each program waited for, so timed apart)."""
     best = {"prefill_s": float("inf"), "decode_s": float("inf")}
+    batch = sampler.prepare_prompts(prompts, new_tokens)
     for attempt in range(repeats + 1):  # the first run compiles
-        batch = sampler.prepare_prompts(prompts, new_tokens)
-        t0 = time.perf_counter()
-        caches, last = sampler.prefill(params, batch)
-        jax.block_until_ready(last)
-        t1 = time.perf_counter()
-        out = sampler.decode(params, batch, caches, last, max_new_tokens=new_tokens)
-        steps = int(out.steps)  # blocks until the loop is done
-        jax.block_until_ready(out.tokens)
-        t2 = time.perf_counter()
-        lengths = np.asarray(out.lengths)[:len(prompts)]
+        state, stats, programs = sampler.run(params, batch, timed=True)
+        lengths = programs.results(state)["lengths"]
         assert (lengths == new_tokens).all(), f"rows stopped early: {lengths}"
-        del out, caches
+        del state
         if attempt:
-            best["prefill_s"] = min(best["prefill_s"], t1 - t0)
-            best["decode_s"] = min(best["decode_s"], t2 - t1)
-    best["forward_steps"] = steps - 1  # the first token comes from the prefill logits
+            best["prefill_s"] = min(best["prefill_s"], stats.refill_s)
+            best["decode_s"] = min(best["decode_s"], stats.decode_s + stats.resize_s)
+    best["forward_steps"] = stats.decode_steps  # the first token comes from the prefill logits
     return best
+
+
+def length_mix(n: int, cap: int, long_fraction: float, short: tuple[int, int], rng) -> np.ndarray:
+    """Response lengths [n]: round(long_fraction * n) rows at random positions get `cap`, the rest a
+    length uniform in the inclusive range `short`."""
+    lengths = rng.integers(short[0], short[1] + 1, n)
+    lengths[rng.permutation(n)[:round(long_fraction * n)]] = cap
+    return lengths
+
+
+def measure_slot_use(args, cfg: ModelConfig, mesh) -> None:
+    """Prints slot use before (batches of --slots, no refill) and after (one call, refilled slots)."""
+    rng = np.random.default_rng(args.seed)
+    sampler = Sampler(cfg, mesh, steps_per_sync=args.steps_per_sync)
+    init = jax.jit(functools.partial(init_params, cfg), out_shardings=param_shardings(cfg, mesh))
+    params = sampler.prepare_params(init(jax.random.key(args.seed)))
+    n, slots = args.prompts, args.slots
+    prompt_lens = rng.integers(max(1, args.prompt_len // 4), args.prompt_len + 1, n)
+    prompts = [rng.integers(0, cfg.vocab_size, k).tolist() for k in prompt_lens]
+    caps = length_mix(n, args.new_tokens, args.long_fraction, tuple(args.short_caps), rng)
+    useful = int(np.sum(caps - 1))
+    bound = useful / (slots * max(int(caps.max()) - 1, -(-useful // slots)))
+    print(f"mix:     {n} prompts of {prompt_lens.min()}-{prompt_lens.max()} tokens on {slots} slots; "
+          f"response lengths: {args.long_fraction:.0%} at {args.new_tokens}, the rest uniform in "
+          f"[{args.short_caps[0]}, {args.short_caps[1]}] (mean {caps.mean():.1f}); greedy, lengths set by "
+          f"per-prompt caps; steps_per_sync {sampler.steps_per_sync}")
+
+    def before():
+        outs = [sampler.generate(params, prompts[i:i + slots], max_new_tokens=caps[i:i + slots].tolist())
+                for i in range(0, n, slots)]
+        return outs, [o.stats for o in outs]
+
+    def after():
+        out = sampler.generate(params, prompts, max_new_tokens=caps.tolist(), slots=slots)
+        return [out], [out.stats]
+
+    rows = {}
+    for name, fn in (("before: batches of slots, no refill", before), ("after: refill from the queue", after)):
+        fn()  # compiles
+        t0 = time.perf_counter()
+        outs, stats = fn()
+        wall = time.perf_counter() - t0
+        tokens = [row for o in outs for row in o.token_lists()]
+        assert [len(row) for row in tokens] == caps.tolist()
+        rows[name] = (tokens, stats, wall)
+    (before_tokens, *_), (after_tokens, *_) = rows.values()
+    assert before_tokens == after_tokens, "refill changed the greedy output"
+    print()
+    print("| mode | decode steps | useful tokens | tokens / step | slot use | slot use while queued | refills "
+          "| wall s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, (_, stats, wall) in rows.items():
+        steps = sum(st.decode_steps for st in stats)
+        tokens = sum(st.useful_tokens for st in stats)
+        queued_steps = sum(st.queued_decode_steps for st in stats)
+        queued = sum(st.queued_useful_tokens for st in stats) / max(queued_steps * slots, 1)
+        queued_text = f"{queued:.1%}" if queued_steps else "-"
+        print(f"| {name} | {steps} | {tokens:,} | {tokens / steps:.1f} | {tokens / (steps * slots):.1%} "
+              f"| {queued_text} | {sum(st.refills for st in stats)} | {wall:.1f} |")
+    print(f"\nbound for any scheduler on this mix: {bound:.1%} (useful {useful:,} tokens, longest row "
+          f"{int(caps.max()) - 1} steps)")
 
 
 def time_hf(cfg: ModelConfig, prompts: np.ndarray, new_tokens: int, repeats: int, attention: str) -> float:
@@ -195,6 +274,11 @@ def main(argv=None) -> None:
     print(f"machine: {_host_description()}; jax {jax.__version__}; devices: {jax.devices()} "
           f"({jax.devices()[0].device_kind})")
     cfg = preset(args.preset).replace(param_dtype=args.dtype, dtype=args.dtype)
+    mesh = _mesh_from_flag(args.mesh)
+    if args.slot_use:
+        print(f"model:   {args.preset} ({cfg.num_params() / 1e9:.6f}B params, {args.dtype}), mesh {dict(mesh.shape)}")
+        measure_slot_use(args, cfg, mesh)
+        return
     bandwidth, peak = args.bandwidth, args.peak_flops
     if args.measure_hw:
         bandwidth, peak = measure_hardware(cfg.jnp_dtype)
@@ -202,11 +286,12 @@ def main(argv=None) -> None:
     else:
         print(f"assumed:  bandwidth {bandwidth / 1e9:.1f} GB/s, matmul {peak / 1e12:.2f} TFLOP/s (flags)")
 
-    mesh = _mesh_from_flag(args.mesh)
     shards = mesh.shape["data"] * mesh.shape["fsdp"]
     batches = sorted({-(-b // shards) * shards for b in args.batch})
+    # Cache windows: powers of two below new_tokens, then new_tokens (attention reads only the window in use).
+    windows = tuple(w for w in (16 << i for i in range(20)) if w < args.new_tokens) + (args.new_tokens,)
     sampler = Sampler(cfg, mesh, steps_per_sync=args.steps_per_sync,
-                      buckets=Buckets(batch=tuple(batches), prompt=(args.prompt_len,), new_tokens=(args.new_tokens,)))
+                      buckets=Buckets(batch=tuple(batches), prompt=(args.prompt_len,), new_tokens=windows))
     print(f"model:   {args.preset} ({cfg.num_params() / 1e9:.3f}B params, {args.dtype}), mesh {dict(mesh.shape)}, "
           f"prompt {args.prompt_len}, new tokens {args.new_tokens}, greedy, EOS ignored, "
           f"steps_per_sync {sampler.steps_per_sync}" + (f"; HF attention {args.hf_attention}" if args.hf else ""))

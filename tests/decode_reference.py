@@ -1,6 +1,6 @@
-"""Teacher-forced logits through the sampler's own decoding path, for tests: the sampler's prefill,
-then `models.decode.decode_step` fed given continuation tokens at the slots and positions the
-decode loop uses (`sampling.decode_loop.step_inputs`)."""
+"""Teacher-forced logits through the sampler's own decoding path, for tests: `models.decode.prefill`
+of the sampler's left-padded prompts, then `models.decode.decode_step` fed given continuation
+tokens at the per-row slots and positions the decode loop uses (`sampling.decode_loop.step_inputs`)."""
 
 from __future__ import annotations
 
@@ -10,20 +10,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from genenv_jax.models.decode import decode_step
+from genenv_jax.models.decode import decode_step, prefill
 from genenv_jax.parallel import to_host
 from genenv_jax.sampling.decode_loop import step_inputs
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _forced_logits(cfg, params, caches, last_logits, prompt_mask, prompt_lengths, forced):
+@functools.partial(jax.jit, static_argnums=(0, 6))
+def _forced_logits(cfg, params, tokens, prompt_mask, prompt_lengths, forced, cache_len):
     """Logits [B, T, V]: the prefill's, then those after feeding forced[:, j] for j < T - 1."""
-    cache_len = caches[0][0].shape[2]
+    caches, last_logits = prefill(cfg, params, tokens, prompt_mask, cache_len=cache_len,
+                                  rows_per_chunk=tokens.shape[0])
 
     def step(caches, xs):
-        i, tokens = xs
-        slot, positions, key_mask = step_inputs(i, prompt_mask, prompt_lengths, cache_len)
-        logits, caches = decode_step(cfg, params, caches, tokens, positions, slot, key_mask)
+        i, fed = xs
+        steps = jnp.full(fed.shape, i, jnp.int32)  # every row at step i: one write slot per row
+        slot, positions, key_mask = step_inputs(steps, prompt_mask, prompt_lengths, cache_len)
+        logits, caches = decode_step(cfg, params, caches, fed, positions, slot, key_mask)
         return caches, logits
 
     steps = forced.shape[1] - 1
@@ -38,10 +40,10 @@ def teacher_forced_logits(sampler, params, prompts, continuations) -> list[np.nd
     longest = max(len(c) for c in continuations)
     placed = sampler.prepare_params(params)
     batch = sampler.prepare_prompts(prompts, longest)
-    forced = np.full((batch.tokens.shape[0], longest), sampler.pad_id, np.int32)
+    forced = np.full((len(prompts), longest), sampler.pad_id, np.int32)
     for i, c in enumerate(continuations):
         forced[i, :len(c)] = c
-    caches, last_logits = sampler.prefill(placed, batch)
-    out = to_host(_forced_logits(sampler.cfg, placed.tree, caches, last_logits, batch.mask, batch.lengths,
-                                 jnp.asarray(forced)))
+    out = to_host(_forced_logits(sampler.cfg, placed.tree, jnp.asarray(batch.tokens), jnp.asarray(batch.mask),
+                                 jnp.asarray(batch.lengths), jnp.asarray(forced),
+                                 batch.tokens.shape[1] + batch.new_tokens_bucket))
     return [out[i, :len(c)] for i, c in enumerate(continuations)]

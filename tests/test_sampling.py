@@ -1,5 +1,6 @@
 """KV-cache sampler: HF generate parity, cached vs full-forward logits, logprobs, sampling modes,
-stop tokens, seeds, buckets, and sharded sampling on 8 CPU devices."""
+stop tokens, seeds, buckets, slot refill (continuous batching), and sharded sampling on 8 CPU
+devices."""
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +12,7 @@ from decode_reference import teacher_forced_logits
 from genenv_jax.models import forward, load_hf, param_shardings, shard_params
 from genenv_jax.parallel import MeshConfig, make_mesh
 from genenv_jax.sampling import Buckets, Sampler, generate, params_mesh, select_tokens
+from genenv_jax.sampling.scheduler import choose_window
 from hf_reference import make_hf_model, save_hf_model
 
 # Different lengths, so the batch is left-padded; 4 rows, all in the (4, 16, 16) buckets.
@@ -158,33 +160,120 @@ def test_same_seed_same_samples_different_seed_differs(model, sampler):
 
 def test_chunked_prefill_and_steps_per_sync_match_defaults(model, sampler):
     """Prefill in row chunks, and the GPU default of checking the loop exit every few steps,
-    must not change results."""
+    must not change results, with or without refills."""
     cfg, params = model
     free = sampler.generate(params, PROMPTS, max_new_tokens=NEW).token_lists()
     stops = [free[1][3]]
     ref = sampler.generate(params, PROMPTS, max_new_tokens=NEW - 1, stop_tokens=stops)
     other = Sampler(cfg, _single_device_mesh(), steps_per_sync=5, prefill_chunk_tokens=32)
-    got = other.generate(params, PROMPTS, max_new_tokens=NEW - 1, stop_tokens=stops)
-    assert ("prefill", 4, 16, 32, 2) in other.compiled_programs  # 2 rows per chunk: 2 chunks
-    np.testing.assert_array_equal(got.tokens, ref.tokens)
-    np.testing.assert_array_equal(got.lengths, ref.lengths)
-    assert got.finish_reasons == ref.finish_reasons
+    for slots in (None, 2):
+        got = other.generate(params, PROMPTS, max_new_tokens=NEW - 1, stop_tokens=stops, slots=slots)
+        np.testing.assert_array_equal(got.tokens, ref.tokens)
+        np.testing.assert_array_equal(got.lengths, ref.lengths)
+        assert got.finish_reasons == ref.finish_reasons
+    # ("refill", R, B, P, W, N, G, rows per chunk, ...): 2 rows per chunk for 4 rows of 16 tokens.
+    assert ("refill", 4, 4, 16, 16, 4, 16, 2) in {k[:8] for k in other.compiled_programs}
 
 
 def test_buckets_reuse_compiled_programs(model):
     cfg, params = model
     s = Sampler(cfg, _single_device_mesh(), buckets=Buckets(prompt=(8, 32), new_tokens=(4, 8)))
-    s.generate(params, [[1, 2, 3], [4, 5]], max_new_tokens=5)
+    s.generate(params, [[1, 2, 3], [4, 5]], max_new_tokens=6)
     programs = s.compiled_programs
-    assert len(programs) == 2  # one prefill, one decode
+    kinds = [k[0] for k in programs]
+    # Windows follow the new-token buckets: start at 4 cache slots, grow to 8 for the 6th token
+    # (token i is predicted by feeding token i - 1, at generated slot i - 1).
+    assert sorted(kinds) == ["decode", "decode", "refill", "resize", "start"]
+    assert {k[3] for k in programs if k[0] == "decode"} == {4, 8}
     # Other prompt lengths, batch size and max_new_tokens inside the same buckets: nothing new compiles.
     s.generate(params, [[9] * 8, [3]], max_new_tokens=8)
     s.generate(params, [[1], [2, 3, 4, 5, 6, 7]], max_new_tokens=6, stop_tokens=[3, 4])
     assert s.compiled_programs == programs
-    s.generate(params, [[1] * 20, [2]], max_new_tokens=3)  # a longer prompt: the 32 bucket
-    assert len(s.compiled_programs) == 4 and ("prefill", 2, 32, 36, 2) in s.compiled_programs
+    s.generate(params, [[1] * 20, [2]], max_new_tokens=3)  # a longer prompt: the 32 bucket, window 4 only
+    new = s.compiled_programs[len(programs):]
+    assert [k[:5] for k in new] == [("start", 2, 32, 4, 2), ("refill", 2, 2, 32, 4), ("decode", 2, 32, 4, 2)]
     with pytest.raises(ValueError, match="exceeds the largest bucket 32"):
         s.generate(params, [[1] * 33], max_new_tokens=3)
+
+
+# More prompts than slots, of different lengths (the 20-token one puts the call in the 32 prompt
+# bucket, while alone each short prompt is in the 16 bucket).
+REFILL_PROMPTS = PROMPTS + [[1, 2], [60, 61, 62, 63, 64, 65], [99] * 20, [42], [8, 8, 8]]
+REFILL_CAPS = [NEW, 3, NEW, 7, NEW, 1, NEW, 5, NEW]  # per-prompt caps: some rows end early
+
+
+def _assert_same_row(got, i, ref, j):
+    """Row i of `got` equals row j of `ref`: tokens, length, finish reason; logprobs within 1e-5."""
+    assert got.token_lists()[i] == ref.token_lists()[j], (i, j)
+    assert got.lengths[i] == ref.lengths[j] and got.finish_reasons[i] == ref.finish_reasons[j]
+    np.testing.assert_allclose(got.logprob_lists()[i], ref.logprob_lists()[j], atol=1e-5, rtol=0)
+
+
+def _assert_same_rows(got, ref):
+    assert len(got.lengths) == len(ref.lengths)
+    for i in range(len(got.lengths)):
+        _assert_same_row(got, i, ref, i)
+
+
+def test_refill_equals_per_prompt_generation(model, sampler):
+    """Greedy decoding on 2 slots refilled from a queue of 9 prompts gives each prompt exactly what
+    generating it alone gives: with stop tokens, with and without them in the output, and with
+    per-prompt caps."""
+    _, params = model
+    free = sampler.generate(params, REFILL_PROMPTS, max_new_tokens=NEW).token_lists()
+    stops = [free[0][2], free[3][5], free[6][8]]
+    for include in (True, False):
+        kwargs = dict(stop_tokens=stops, include_stop_token=include)
+        got = sampler.generate(params, REFILL_PROMPTS, max_new_tokens=REFILL_CAPS, slots=2, **kwargs)
+        assert got.stats.slots == 2 and got.stats.refills >= 4 and got.stats.refilled_rows == len(REFILL_PROMPTS)
+        assert set(got.finish_reasons) == {"stop", "length"}
+        assert got.tokens.shape == (len(REFILL_PROMPTS), NEW)
+        for i, (prompt, cap) in enumerate(zip(REFILL_PROMPTS, REFILL_CAPS)):
+            alone = sampler.generate(params, [prompt], max_new_tokens=cap, **kwargs)
+            _assert_same_row(got, i, alone, 0)
+            assert got.lengths[i] <= cap and (got.tokens[i, got.lengths[i]:] == 0).all()
+        # One slot per prompt (no refill) gives the same rows too.
+        _assert_same_rows(got, sampler.generate(params, REFILL_PROMPTS, max_new_tokens=REFILL_CAPS, **kwargs))
+
+
+def test_sampled_streams_do_not_depend_on_slots(model, sampler):
+    """A prompt draws from its own stream (seed, prompt index, step), so sampling gives the same
+    tokens whether the prompts share one batch or are refilled into 2 slots."""
+    _, params = model
+    free = sampler.generate(params, REFILL_PROMPTS, max_new_tokens=NEW).token_lists()
+    kwargs = dict(max_new_tokens=NEW, temperature=1.0, top_k=20, top_p=0.9, seed=4, stop_tokens=[free[2][1]])
+    ref = sampler.generate(params, REFILL_PROMPTS, **kwargs)
+    assert len(set(ref.lengths.tolist())) > 1  # rows end at different steps, so slots refill at different times
+    _assert_same_rows(sampler.generate(params, REFILL_PROMPTS, slots=2, **kwargs), ref)
+    other_seed = sampler.generate(params, REFILL_PROMPTS, slots=2, **{**kwargs, "seed": 5})
+    assert other_seed.token_lists() != ref.token_lists()
+
+
+def test_refill_keeps_slots_busy(model, sampler):
+    """One long prompt and 15 short ones on 2 slots: the short ones cycle through one slot while the
+    long one runs, so every decode step makes 2 tokens; without refill (batches of 2, each until its
+    longest row) 7 extra steps run."""
+    _, params = model
+    prompts = [[i + 1, i + 2] for i in range(16)]
+    caps = [16] + [2] * 15  # 15 decode steps for the first, 1 for each other (token 0 comes from the prefill)
+    out = sampler.generate(params, prompts, max_new_tokens=caps, slots=2)
+    assert out.lengths.tolist() == caps and out.finish_reasons == ("length",) * 16
+    stats = out.stats
+    assert (stats.decode_steps, stats.useful_tokens, stats.refills) == (15, 30, 15)
+    assert stats.slot_use == 1.0
+    batched = [sampler.generate(params, prompts[i:i + 2], max_new_tokens=caps[i:i + 2]).stats
+               for i in range(0, 16, 2)]
+    assert sum(s.decode_steps for s in batched) == 15 + 7 and sum(s.useful_tokens for s in batched) == 30
+
+
+def test_choose_window_grows_to_need_and_shrinks_with_hysteresis():
+    bucket = lambda n: max(16, 1 << (n - 1).bit_length())  # noqa: E731 - powers of two, at least 16
+    assert choose_window(None, 3, bucket) == 16
+    assert choose_window(16, 17, bucket) == 32
+    assert choose_window(64, 40, bucket) == 64  # fits: keep
+    assert choose_window(64, 20, bucket) == 64  # bucket(40) = 64 would not halve it
+    assert choose_window(128, 20, bucket) == 64  # halves: shrink, keeping 2x headroom
+    assert choose_window(256, 2, bucket) == 16
 
 
 def test_generate_convenience_and_input_errors(model, sampler):
@@ -200,6 +289,12 @@ def test_generate_convenience_and_input_errors(model, sampler):
         sampler.generate(params, [[]], max_new_tokens=4)
     with pytest.raises(ValueError, match="max_new_tokens must be an int >= 1"):
         sampler.generate(params, PROMPTS, max_new_tokens=0)
+    with pytest.raises(ValueError, match="max_new_tokens has 2 caps for 4 prompts"):
+        sampler.generate(params, PROMPTS, max_new_tokens=[3, 4])
+    with pytest.raises(ValueError, match=r"max_new_tokens\[1\] must be an int >= 1"):
+        sampler.generate(params, PROMPTS, max_new_tokens=[3, 0, 2, 2])
+    with pytest.raises(ValueError, match="slots must be an int >= 1"):
+        sampler.generate(params, PROMPTS, max_new_tokens=4, slots=0)
     with pytest.raises(ValueError, match="temperature must be"):
         sampler.generate(params, PROMPTS, max_new_tokens=4, temperature=-1.0)
     with pytest.raises(ValueError, match="top_p must be in"):
@@ -252,8 +347,16 @@ def test_sharded_sampling_equals_single_device(model, sampler, mesh_shape):
     placed = sharded_sampler.prepare_params(train_params)
     q = placed.tree["layers"][0]["attn"]["q_kernel"]
     assert q.sharding.mesh == sampling_mesh and len(q.sharding.device_set) == 8
+    stops = [single[0].tokens[1][4]]  # rows end at different steps, so refills happen mid-run
     for mode, ref in zip(modes, single):
         got = sharded_sampler.generate(placed, prompts, max_new_tokens=NEW, seed=5, **mode)
         np.testing.assert_array_equal(got.tokens, ref.tokens)
         np.testing.assert_allclose(got.logprobs, ref.logprobs, atol=1e-5)
         assert got.finish_reasons == ref.finish_reasons
+        # 12 prompts on 8 slots (one per data x fsdp shard): refilled slots on every shard.
+        more = prompts + [[7, 7], [50, 51, 52], [3] * 12, [90]]
+        ref_more = sampler.generate(params, more, max_new_tokens=NEW, seed=5, stop_tokens=stops, **mode)
+        got_more = sharded_sampler.generate(placed, more, max_new_tokens=NEW, seed=5, stop_tokens=stops, slots=8,
+                                            **mode)
+        assert got_more.stats.refills >= 2
+        _assert_same_rows(got_more, ref_more)

@@ -11,8 +11,15 @@ sees differ. The cache layout, and why:
 - the layers are unrolled over unstacked weights (`unstack_layers`): no step slices the stacked
   weights, and the whole step is one program without per-layer dynamic slicing.
 
+Slots: row b holds one sequence; its left-padded prompt fills slots [0, P) and its generated
+tokens follow from slot P on, so every row may be at its own step (`decode_step` takes one write
+slot per row). The sampler sizes S = P + W with W the bucketed window its rows need so far
+(`resize_caches`), so attention reads only the range in use, and refills a finished row with a
+new prompt by writing that prompt's prefill into the row's slots [0, P) (`write_prompt_rows`);
+the row's older slots past P stay behind, masked, until the new sequence overwrites them.
+
 Shape letters: B batch, P prompt length, S cache slots, D hidden, K kv heads, H head dim,
-V vocabulary, R rows per prefill chunk, C chunks.
+V vocabulary, R rows (per prefill chunk, or refilled), C chunks.
 """
 
 from __future__ import annotations
@@ -99,19 +106,46 @@ def prefill(cfg: ModelConfig, params: Params, tokens: jax.Array, prompt_mask: ja
     return caches, constrain(last_logits, ("batch", "vocab"))
 
 
+def write_prompt_rows(caches: Caches, prompt_caches: Caches, rows: jax.Array) -> Caches:
+    """Caches [B, K, S, H] with rows[r]'s slots [0, P) replaced by prompt_caches [R, K, P, H] row r
+    (a prefill's caches with cache_len P). A row index >= B is dropped (padding of the refill)."""
+    prompt_len = prompt_caches[0][0].shape[2]
+    return tuple(tuple(buf.at[rows, :, :prompt_len].set(new.astype(buf.dtype), mode="drop")
+                       for buf, new in zip(layer, new_layer))
+                 for layer, new_layer in zip(caches, prompt_caches))
+
+
+def resize_caches(caches: Caches, cache_len: int) -> Caches:
+    """Caches [B, K, S, H] -> [B, K, cache_len, H]: slots cut from the end, or zero slots appended."""
+    def resize(buf):
+        extra = cache_len - buf.shape[2]
+        return buf[:, :, :cache_len] if extra <= 0 else jnp.pad(buf, ((0, 0), (0, 0), (0, extra), (0, 0)))
+    return jax.tree.map(resize, caches)
+
+
+def _write_slot(buf: jax.Array, new: jax.Array, slot: jax.Array) -> jax.Array:
+    """buf [B, K, S, H] with new [B, K, 1, H] written at `slot`: one slot for all rows ([]), or one
+    per row ([B], an index past the end clamps to the last slot)."""
+    new = new.astype(buf.dtype)
+    if slot.ndim == 0:
+        return jax.lax.dynamic_update_slice(buf, new, (0, 0, slot, 0))
+    write_row = lambda b, n, s: jax.lax.dynamic_update_slice(b, n, (0, s, 0))  # noqa: E731
+    return jax.vmap(write_row)(buf, new, slot)  # a batched scatter; the cache stays sharded by row
+
+
 def decode_step(cfg: ModelConfig, params: Params, caches: Caches, tokens: jax.Array, positions: jax.Array,
                 slot: jax.Array, key_mask: jax.Array, constrain: Constrain = no_constraint,
                 ) -> tuple[jax.Array, Caches]:
-    """One token per row: tokens/positions [B] written at cache `slot`; key_mask [B, S] marks the
-    slots each row may attend to (the new slot included). Returns float32 logits [B, V] and the
-    updated caches. `params` from `unstack_layers`."""
+    """One token per row: tokens/positions [B] written at cache `slot` ([] for every row, or [B]
+    one per row); key_mask [B, S] marks the slots each row may attend to (the new slot included).
+    Returns float32 logits [B, V] and the updated caches. `params` from `unstack_layers`."""
     x = primitives.embed_tokens(cfg, params, tokens[:, None])  # [B, 1, D]
     cos, sin = primitives.rope_angles(positions[:, None], cfg.head_dim, cfg.rope_theta)
     mask = key_mask[:, None, :]  # [B, 1, S]
+    slot = jnp.asarray(slot)
 
     def attend(cache, q, k, v):  # k, v [B, K, 1, H] go to `slot`; the query attends over the cache
-        k_cache, v_cache = (jax.lax.dynamic_update_slice(buf, new.astype(buf.dtype), (0, 0, slot, 0))
-                            for buf, new in zip(cache, (k, v)))
+        k_cache, v_cache = (_write_slot(buf, new, slot) for buf, new in zip(cache, (k, v)))
         out = primitives.grouped_query_attention(q, k_cache.astype(q.dtype), v_cache.astype(q.dtype), mask)
         return out, (k_cache, v_cache)
 

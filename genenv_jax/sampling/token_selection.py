@@ -41,9 +41,10 @@ def select_tokens(logits: jax.Array, row_keys: jax.Array, step: jax.Array, tempe
                   ) -> tuple[jax.Array, jax.Array]:
     """Chooses one token per row from logits [B, V] float32.
 
-    `row_keys` [B] are per-row PRNG keys, folded with `step`, so a row's draws do not depend on
-    the batch it shares. Returns tokens [B] int32 and their logprobs [B] float32: log_softmax of
-    logits / temperature (plain log_softmax when greedy), before any top-k / top-p truncation.
+    `row_keys` [B] are per-row PRNG keys, folded with `step` ([] or [B]: each row's own step), so a
+    row's draws do not depend on the batch it shares. Returns tokens [B] int32 and their logprobs
+    [B] float32: log_softmax of logits / temperature (plain log_softmax when greedy), before any
+    top-k / top-p truncation.
     """
     if greedy:
         tokens = jnp.argmax(logits, axis=-1).astype(jnp.int32)
@@ -61,7 +62,7 @@ def select_tokens(logits: jax.Array, row_keys: jax.Array, step: jax.Array, tempe
         probs = jax.nn.softmax(cand_logits, axis=-1)
         mass_before = jnp.cumsum(probs, axis=-1) - probs  # probability of the better candidates
         cand_logits = jnp.where(mass_before < top_p, cand_logits, -jnp.inf)  # the best always stays
-    step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(row_keys, step)
+    step_keys = jax.vmap(jax.random.fold_in)(row_keys, jnp.broadcast_to(step, row_keys.shape))
     choice = jax.vmap(jax.random.categorical)(step_keys, cand_logits)  # [B]
     if cand_ids is None:
         tokens = choice.astype(jnp.int32)
@@ -69,3 +70,11 @@ def select_tokens(logits: jax.Array, row_keys: jax.Array, step: jax.Array, tempe
         tokens = jnp.take_along_axis(cand_ids, choice[:, None], axis=-1)[:, 0].astype(jnp.int32)
     chosen = jnp.take_along_axis(scaled, tokens[:, None], axis=-1)[:, 0]
     return tokens, chosen - jax.nn.logsumexp(scaled, axis=-1)
+
+
+def prompt_keys(seed_low: jax.Array, seed_high: jax.Array, prompt_ids: jax.Array) -> jax.Array:
+    """PRNG keys [B] of prompts: fold_in(key(seed), prompt index), with the 64-bit seed given as its
+    two 32-bit halves. Keyed by the prompt's index in the call, not by the slot it decodes in, so a
+    prompt draws the same stream whichever slot or refill segment it lands in."""
+    key = jax.random.fold_in(jax.random.key(seed_low), seed_high)
+    return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, prompt_ids)

@@ -58,3 +58,20 @@ def validate_stop_tokens(stop_tokens: Sequence[int], vocab_size: int) -> list[in
     if bad:
         raise ValueError(f"stop_tokens {bad} are outside the vocabulary [0, {vocab_size})")
     return ids
+
+
+def validate_caps(max_new_tokens: int | Sequence[int], num_prompts: int) -> np.ndarray:
+    """max_new_tokens as [n] int32 caps: one int for every prompt, or one int >= 1 per prompt."""
+    if isinstance(max_new_tokens, (int, np.integer)) and not isinstance(max_new_tokens, bool):
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+        return np.full((num_prompts,), int(max_new_tokens), np.int32)
+    if isinstance(max_new_tokens, (str, bytes)) or not isinstance(max_new_tokens, (list, tuple, np.ndarray)):
+        raise ValueError(f"max_new_tokens must be an int >= 1 or one per prompt, got {max_new_tokens!r}")
+    caps = list(max_new_tokens)
+    if len(caps) != num_prompts:
+        raise ValueError(f"max_new_tokens has {len(caps)} caps for {num_prompts} prompts")
+    for i, cap in enumerate(caps):
+        if not isinstance(cap, (int, np.integer)) or isinstance(cap, bool) or cap < 1:
+            raise ValueError(f"max_new_tokens[{i}] must be an int >= 1, got {cap!r}")
+    return np.asarray(caps, np.int32)
