@@ -17,7 +17,7 @@ def sampling_config(temperature: float, max_new_tokens: int, max_prompt_len: int
         "top_p": 1.0,        # 1.0: off
         "max_new_tokens": max_new_tokens,
         "max_prompt_len": max_prompt_len,  # longer prompts are skipped and counted
-        "batch_size": 64,    # rows per sampler call (the sampler buckets lengths)
+        "batch_size": 64,    # decode slots: every prompt of a call is queued and finished slots are refilled
     })
 
 

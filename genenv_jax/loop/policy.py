@@ -106,19 +106,17 @@ class Policy:
     # ----- sampling -----
     def sample(self, params: Params, prompts: Sequence[Sequence[int]], seed: int, stop_tokens: Sequence[int],
                progress=None) -> SampleOutput:
-        """Samples every prompt, `sampling.batch_size` rows per sampler call; results in prompt order."""
+        """Samples every prompt in one sampler call on `sampling.batch_size` slots (finished slots are
+        refilled from the queue); results in prompt order."""
         s = self.settings.sampling
-        placed = self.sampler.prepare_params(params)
-        outs = []
-        for i, start in enumerate(range(0, len(prompts), s.batch_size)):
-            part = prompts[start:start + s.batch_size]
-            outs.append(self.sampler.generate(
-                placed, part, max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_k=s.top_k,
-                top_p=s.top_p, seed=seed * 100_003 + i, stop_tokens=stop_tokens))
-            if progress is not None:
-                progress.update(len(part))
-        del placed
-        return _concat_outputs(outs, s.max_new_tokens)
+        if not prompts:
+            return _empty_output(s.max_new_tokens)
+        out = self.sampler.generate(self.sampler.prepare_params(params), prompts, max_new_tokens=s.max_new_tokens,
+                                    temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, seed=seed,
+                                    stop_tokens=stop_tokens, slots=s.batch_size)
+        if progress is not None:
+            progress.update(len(prompts))
+        return out
 
 
 def _floats(metrics: Mapping[str, Any], what: str) -> dict[str, float]:
@@ -129,15 +127,10 @@ def _floats(metrics: Mapping[str, Any], what: str) -> dict[str, float]:
     return out
 
 
-def _concat_outputs(outs: list[SampleOutput], width: int) -> SampleOutput:
-    if not outs:
-        empty = np.zeros((0, width))
-        return SampleOutput(tokens=empty.astype(np.int32), logprobs=empty.astype(np.float32),
-                            lengths=np.zeros((0,), np.int32), finish_reasons=())
-    return SampleOutput(tokens=np.concatenate([o.tokens for o in outs]),
-                        logprobs=np.concatenate([o.logprobs for o in outs]),
-                        lengths=np.concatenate([o.lengths for o in outs]),
-                        finish_reasons=tuple(r for o in outs for r in o.finish_reasons))
+def _empty_output(width: int) -> SampleOutput:
+    empty = np.zeros((0, width))
+    return SampleOutput(tokens=empty.astype(np.int32), logprobs=empty.astype(np.float32),
+                        lengths=np.zeros((0,), np.int32), finish_reasons=())
 
 
 def build_policy(settings: PolicySettings, mesh: Mesh, sampler: Sampler, *,
