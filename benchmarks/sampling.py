@@ -21,12 +21,17 @@ from per-prompt caps, greedy and without stop tokens, so every row ends exactly 
 --long_fraction of them (chosen at random positions in the queue) at --new_tokens, the rest at a
 length drawn uniformly from --short_caps. The sampler uses a cap only to end the row (and to size
 the cache window), never to order the queue, so to the scheduler a cap is as unforeseeable as a
-stop token. It prints useful tokens per decode step (tokens chosen by decode steps; each row's
-first token comes from its prefill) over the slot count for
-  before: the prompts in batches of --slots, each decoding until its longest row is done;
-  after:  one call on --slots slots, finished slots refilled from the queue;
-and the bound no scheduler can beat: useful tokens / (slots x max(longest row's steps,
-useful tokens / slots)). Example (CPU):
+stop token. It prints useful tokens (tokens chosen by decode steps; each row's first token comes
+from its prefill) over the row-steps the decode steps computed (slot use; sum over segments of
+the segment's slot count x its steps), and over decode steps x --slots (fixed slot use, the
+figure before the drain could compact), for
+  before:  the prompts in batches of --slots, each decoding until its longest row is done, on
+           all of its slots (no compaction);
+  refill:  one call on --slots slots, finished slots refilled from the queue, no compaction;
+  compact: the same call with the default drain: once the queue is empty, the live rows are
+           gathered into the smallest slot bucket holding them whenever they fit in half;
+and the bound no scheduler can beat with all --slots computed per step: useful tokens / (slots x
+max(longest row's steps, useful tokens / slots)). Example (CPU):
   JAX_PLATFORMS=cpu python benchmarks/sampling.py --preset micro --dtype float32 --slot_use \\
       --prompts 1024 --slots 256 --prompt_len 64 --new_tokens 256 --long_fraction 0.1 --short_caps 1,255
 """
@@ -168,9 +173,11 @@ def length_mix(n: int, cap: int, long_fraction: float, short: tuple[int, int], r
 
 
 def measure_slot_use(args, cfg: ModelConfig, mesh) -> None:
-    """Prints slot use before (batches of --slots, no refill) and after (one call, refilled slots)."""
+    """Prints slot use before (batches of --slots, no refill), with refill, and with refill and
+    the compacting drain."""
     rng = np.random.default_rng(args.seed)
     sampler = Sampler(cfg, mesh, steps_per_sync=args.steps_per_sync)
+    fixed = Sampler(cfg, mesh, steps_per_sync=args.steps_per_sync, compact=False)
     init = jax.jit(functools.partial(init_params, cfg), out_shardings=param_shardings(cfg, mesh))
     params = sampler.prepare_params(init(jax.random.key(args.seed)))
     n, slots = args.prompts, args.slots
@@ -185,16 +192,21 @@ def measure_slot_use(args, cfg: ModelConfig, mesh) -> None:
           f"per-prompt caps; steps_per_sync {sampler.steps_per_sync}")
 
     def before():
-        outs = [sampler.generate(params, prompts[i:i + slots], max_new_tokens=caps[i:i + slots].tolist())
+        outs = [fixed.generate(params, prompts[i:i + slots], max_new_tokens=caps[i:i + slots].tolist())
                 for i in range(0, n, slots)]
         return outs, [o.stats for o in outs]
 
-    def after():
+    def refill():
+        out = fixed.generate(params, prompts, max_new_tokens=caps.tolist(), slots=slots)
+        return [out], [out.stats]
+
+    def compact():
         out = sampler.generate(params, prompts, max_new_tokens=caps.tolist(), slots=slots)
         return [out], [out.stats]
 
     rows = {}
-    for name, fn in (("before: batches of slots, no refill", before), ("after: refill from the queue", after)):
+    for name, fn in (("before: batches of slots, no refill", before), ("refill from the queue, no compaction", refill),
+                     ("refill + compacting drain", compact)):
         fn()  # compiles
         t0 = time.perf_counter()
         outs, stats = fn()
@@ -202,21 +214,23 @@ def measure_slot_use(args, cfg: ModelConfig, mesh) -> None:
         tokens = [row for o in outs for row in o.token_lists()]
         assert [len(row) for row in tokens] == caps.tolist()
         rows[name] = (tokens, stats, wall)
-    (before_tokens, *_), (after_tokens, *_) = rows.values()
-    assert before_tokens == after_tokens, "refill changed the greedy output"
+    (before_tokens, *_), *others = rows.values()
+    assert all(tokens == before_tokens for tokens, *_ in others), "refill / compaction changed the greedy output"
     print()
-    print("| mode | decode steps | useful tokens | tokens / step | slot use | slot use while queued | refills "
-          "| wall s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| mode | decode steps | useful tokens | tokens / step | row-steps computed | slot use (computed) "
+          "| slot use (fixed slots) | slot use while queued | refills | compactions | wall s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, (_, stats, wall) in rows.items():
         steps = sum(st.decode_steps for st in stats)
         tokens = sum(st.useful_tokens for st in stats)
+        computed = sum(st.computed_row_steps for st in stats)
         queued_steps = sum(st.queued_decode_steps for st in stats)
         queued = sum(st.queued_useful_tokens for st in stats) / max(queued_steps * slots, 1)
         queued_text = f"{queued:.1%}" if queued_steps else "-"
-        print(f"| {name} | {steps} | {tokens:,} | {tokens / steps:.1f} | {tokens / (steps * slots):.1%} "
-              f"| {queued_text} | {sum(st.refills for st in stats)} | {wall:.1f} |")
-    print(f"\nbound for any scheduler on this mix: {bound:.1%} (useful {useful:,} tokens, longest row "
+        print(f"| {name} | {steps} | {tokens:,} | {tokens / steps:.1f} | {computed:,} | {tokens / computed:.1%} "
+              f"| {tokens / (steps * slots):.1%} | {queued_text} | {sum(st.refills for st in stats)} "
+              f"| {sum(st.compactions for st in stats)} | {wall:.1f} |")
+    print(f"\nbound for any scheduler computing all {slots} slots per step on this mix: {bound:.1%} (useful {useful:,} tokens, longest row "
           f"{int(caps.max()) - 1} steps)")
 
 

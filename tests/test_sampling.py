@@ -12,7 +12,7 @@ from decode_reference import teacher_forced_logits
 from genenv_jax.models import forward, load_hf, param_shardings, shard_params
 from genenv_jax.parallel import MeshConfig, make_mesh
 from genenv_jax.sampling import Buckets, Sampler, generate, params_mesh, select_tokens
-from genenv_jax.sampling.scheduler import choose_window
+from genenv_jax.sampling.scheduler import choose_window, shrink_fit
 from hf_reference import make_hf_model, save_hf_model
 
 # Different lengths, so the batch is left-padded; 4 rows, all in the (4, 16, 16) buckets.
@@ -264,6 +264,37 @@ def test_refill_keeps_slots_busy(model, sampler):
     batched = [sampler.generate(params, prompts[i:i + 2], max_new_tokens=caps[i:i + 2]).stats
                for i in range(0, 16, 2)]
     assert sum(s.decode_steps for s in batched) == 15 + 7 and sum(s.useful_tokens for s in batched) == 30
+
+
+def test_drain_compacts_live_rows_into_fewer_slots(model, sampler):
+    """1 long prompt and 7 short ones on 8 slots: once the short rows end, the long row is gathered
+    into 1 slot, its tokens and logprobs unchanged (greedy and sampled), and the drain computes
+    fewer row-steps than 8 slots x steps; without compaction every step computes all 8."""
+    cfg, params = model
+    prompts = [[i + 1, i + 2, i + 3] for i in range(8)]
+    caps = [NEW] + [2, 3, 2, 4, 2, 3, 2]
+    for mode in ({}, dict(temperature=1.0, top_k=20, seed=3)):
+        out = sampler.generate(params, prompts, max_new_tokens=caps, slots=8, **mode)
+        stats = out.stats
+        assert stats.compactions >= 2 and stats.slot_counts[0] == 8 and stats.slot_counts[-1] == 1
+        assert stats.decode_steps == NEW - 1 and stats.useful_tokens == sum(c - 1 for c in caps)
+        assert stats.computed_row_steps < 8 * stats.decode_steps and stats.slot_use > stats.fixed_slot_use
+        if not mode:  # greedy: each row equals generating its prompt alone
+            for i, (prompt, cap) in enumerate(zip(prompts, caps)):
+                _assert_same_row(out, i, sampler.generate(params, [prompt], max_new_tokens=cap), 0)
+        else:  # sampled: each prompt keeps its own stream (prompt index, step) whatever its slot
+            fixed = Sampler(cfg, _single_device_mesh(), compact=False)
+            ref = fixed.generate(params, prompts, max_new_tokens=caps, slots=8, **mode)
+            _assert_same_rows(out, ref)
+            assert ref.stats.compactions == 0 and ref.stats.computed_row_steps == 8 * ref.stats.decode_steps
+    assert any(k[:3] == ("compact", 8, 4) for k in sampler.compiled_programs)
+
+
+def test_shrink_fit():
+    pow2 = lambda n: 1 << (n - 1).bit_length()  # noqa: E731
+    assert shrink_fit(256, pow2) == 128 and shrink_fit(2, pow2) == 1 and shrink_fit(1, pow2) == 0
+    by4 = lambda n: min(8, -(-pow2(n) // 4) * 4)  # noqa: E731 - never below 4 rows (data x fsdp = 4)
+    assert shrink_fit(8, by4) == 4 and shrink_fit(4, by4) == 0
 
 
 def test_choose_window_grows_to_need_and_shrinks_with_hysteresis():

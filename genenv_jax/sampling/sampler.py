@@ -6,7 +6,8 @@ Flow of one `generate` call: the prompts (lists of token ids) are left-padded in
 (`refill.py`: prefill, write their caches into the slots' prompt range, first token from the
 prefill logits), then runs decode segments (`decode_loop.py`: a `lax.while_loop` feeding one token
 per running slot per step), and whenever enough slots have finished it refills them from the
-queue, until every prompt is done. Each slot runs at its own step; the cache holds P + W slots,
+queue, until every prompt is done; once the queue is empty it gathers the live rows into fewer
+slots as rows finish (`compact`). Each slot runs at its own step; the cache holds P + W slots,
 with W the bucketed window the running slots need. Results are written on the device by prompt
 index (`slot_state.py`) and come to the host once, at the end.
 """
@@ -77,7 +78,10 @@ class Sampler:
     mix of short and long responses keeps the slots busy; without `slots`, every prompt gets a slot
     (one batch, nothing to refill). The cache window W (generated slots attended to) follows the
     running rows' steps, bucketed like max_new_tokens (`Buckets.new_tokens`), so attention reads only
-    the range in use. See `scheduler.py` for why refills happen between loop segments.
+    the range in use. See `scheduler.py` for why refills happen between loop segments. Once the
+    queue is empty (`compact`, default on), the live rows are gathered into the smallest slot
+    bucket that holds them whenever they fit in half the current slots, so the drain's decode steps
+    compute only the rows still running (at most 2x their count, never below data x fsdp rows).
 
     Shapes are bucketed (`Buckets`: powers of two by default). Programs are compiled ahead of time
     on first use of their shape key and kept by it (`compiled_programs`, `programs.py`) rather than
@@ -94,7 +98,7 @@ class Sampler:
 
     def __init__(self, cfg: ModelConfig, mesh: Mesh | None = None, *, buckets: Buckets | None = None,
                  prefill_chunk_tokens: int = 16384, steps_per_sync: int | None = None, pad_id: int = 0,
-                 refill_rows: int | None = None):
+                 refill_rows: int | None = None, compact: bool = True):
         self.cfg = cfg
         self.mesh = make_mesh() if mesh is None else mesh
         self.buckets = Buckets() if buckets is None else buckets
@@ -112,6 +116,7 @@ class Sampler:
         if refill_rows is not None and (not isinstance(refill_rows, int) or refill_rows < 1):
             raise ValueError(f"refill_rows must be an int >= 1, got {refill_rows!r}")
         self.refill_rows = refill_rows
+        self.compact = bool(compact)
         self.batch_shards = math.prod(self.mesh.shape[a] for a in BATCH_AXES)
         self._programs: dict[tuple, Any] = {}
 
@@ -229,7 +234,7 @@ class Sampler:
                                           what="window")
         state, stats = run_queue(programs, batch.caps, slots=num_slots, refill_rows=refill_rows,
                                  steps_per_sync=self.steps_per_sync, bucket=window_bucket,
-                                 refill_bucket=programs.refill_bucket, timed=timed)
+                                 refill_bucket=programs.refill_bucket, compact=self.compact, timed=timed)
         return state, stats, programs
 
     # ----- public entry points -----

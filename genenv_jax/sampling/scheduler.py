@@ -5,6 +5,8 @@ A call's prompts form a FIFO queue. The scheduler alternates compiled device pro
   decode  - a segment of decode steps (`decode_loop.decode_segment`), which returns once
             `refill_at` slots are free, the window is full, or nothing runs,
   resize  - cut or grow the cache window W before a segment that needs another size,
+  compact - once the queue is empty, gather the live rows into a smaller slot bucket whenever
+            they fit in half the current slots, so the drain computes only about the live rows,
 and reads back only the slots' `done` / `steps` vectors between them (one small transfer per
 segment). Refilling between segments rather than inside the device loop keeps every program's
 shapes static: the prefill of R rows and the window W are compile-time sizes of their programs
@@ -28,28 +30,41 @@ import numpy as np
 @dataclasses.dataclass
 class SlotStats:
     """How a call used its slots. `useful_tokens` counts tokens chosen by decode steps for real
-    prompts (each prompt's first token comes from its prefill and is not counted);
-    `slot_use` = useful_tokens / (decode_steps x slots), 1.0 when every slot produced a kept token
-    at every step. `queued_*` cover the decode steps run while prompts were still waiting for a
-    slot; the rest is the drain at the end of the call. Timings (seconds, only when timed) include
-    waiting for each program to finish."""
+    prompts (each prompt's first token comes from its prefill and is not counted).
+    `computed_row_steps` sums, over decode segments, the segment's slot count x its decode steps:
+    the rows the decode steps actually computed, fewer than decode_steps x slots once the drain has
+    compacted the live rows into smaller slot buckets (`slot_counts`: each slot count used, in
+    order). `slot_use` = useful_tokens / computed_row_steps, 1.0 when every computed row produced a
+    kept token; `fixed_slot_use` = useful_tokens / (decode_steps x slots), the same figure as if
+    every step computed all `slots` (the measure before compaction existed). `queued_*` cover the
+    decode steps run while prompts were still waiting for a slot (all `slots` computed); the rest is
+    the drain at the end of the call. Timings (seconds, only when timed) include waiting for each
+    program to finish."""
 
     slots: int
     decode_steps: int = 0
     useful_tokens: int = 0
+    computed_row_steps: int = 0
     queued_decode_steps: int = 0
     queued_useful_tokens: int = 0
     segments: int = 0
     refills: int = 0
     refilled_rows: int = 0
     resizes: int = 0
+    compactions: int = 0
     windows: tuple[int, ...] = ()
+    slot_counts: tuple[int, ...] = ()
     refill_s: float = 0.0
     decode_s: float = 0.0
     resize_s: float = 0.0
+    compact_s: float = 0.0
 
     @property
     def slot_use(self) -> float:
+        return self.useful_tokens / max(self.computed_row_steps, 1)
+
+    @property
+    def fixed_slot_use(self) -> float:
         return self.useful_tokens / max(self.decode_steps * self.slots, 1)
 
     @property
@@ -64,6 +79,7 @@ class SlotPrograms(Protocol):
     def refill(self, state: Any, prompt_ids: np.ndarray, slots: np.ndarray) -> Any: ...
     def decode(self, state: Any, refill_at: int) -> Any: ...
     def resize(self, state: Any, window: int) -> Any: ...
+    def compact(self, state: Any, rows: np.ndarray) -> Any: ...  # slot i <- slot rows[i]
     def poll(self, state: Any) -> tuple[np.ndarray, np.ndarray, int]: ...  # done [B], steps [B], decode steps
 
 
@@ -89,18 +105,28 @@ def rows_to_start(free: int, queued: int, refill_bucket: Callable[[int], int]) -
     return next((t for t in range(free, 0, -1) if refill_bucket(t) == t), free)
 
 
+def shrink_fit(slots: int, slot_bucket: Callable[[int], int]) -> int:
+    """The most live rows whose slot bucket is at most half of `slots` (0: none, `slots` is the
+    smallest bucket): the drain compacts once no more rows than this run."""
+    return next((live for live in range(slots // 2, 0, -1) if slot_bucket(live) <= slots // 2), 0)
+
+
 def run_queue(programs: SlotPrograms, caps: np.ndarray, *, slots: int, refill_rows: int, steps_per_sync: int,
-              bucket: Callable[[int], int], refill_bucket: Callable[[int], int],
+              bucket: Callable[[int], int], refill_bucket: Callable[[int], int], compact: bool = True,
               timed: bool = False) -> tuple[Any, SlotStats]:
     """Runs prompts 0..n-1 (caps [n]: each prompt's max_new_tokens) through `slots` slots; returns
     the final device state and the stats. A segment ends for a refill once `refill_rows` slots are
-    free (or as many as prompts still queue); with the queue empty it runs until every slot is free.
-    `bucket` rounds a window up, `refill_bucket` a refill's row count (the refill program's R).
+    free (or as many as prompts still queue). With the queue empty (the drain) and `compact`, a
+    segment ends once the live rows fit in a slot bucket of half the current slots, and they are
+    gathered into the smallest bucket that holds them (`refill_bucket` of their count), so later
+    decode steps compute only that many rows; without `compact` the drain runs until every slot is
+    free. `bucket` rounds a window up, `refill_bucket` a refill's row count (the refill program's R)
+    and a compacted slot count.
     """
     n = len(caps)
-    stats, clock = SlotStats(slots=slots), _Clock(timed)
+    stats, clock = SlotStats(slots=slots, slot_counts=(slots,)), _Clock(timed)
     done, steps, slot_caps = np.ones(slots, bool), np.zeros(slots, np.int64), np.zeros(slots, np.int64)
-    started, state, window = 0, None, None
+    started, state, window, current = 0, None, None, slots
     while True:
         # Start queued prompts in free slots (on the host side first: the window must fit them).
         free = np.nonzero(done)[0]
@@ -120,9 +146,22 @@ def run_queue(programs: SlotPrograms, caps: np.ndarray, *, slots: int, refill_ro
             state = clock.time("refill_s", stats, programs.refill, state, prompt_ids, starting)
             started += take
             stats.refills, stats.refilled_rows = stats.refills + 1, stats.refilled_rows + take
-        # Decode until enough slots are free for the next refill (at least one more than now).
         queued = n - started
-        refill_at = max(min(refill_rows, queued), len(free) - take + 1) if queued else slots + 1
+        fit = shrink_fit(current, refill_bucket) if compact and not queued else 0
+        live = np.nonzero(~done)[0]
+        if fit and len(live) <= fit:  # the drain: gather the live rows into a smaller slot bucket
+            current = refill_bucket(len(live))
+            keep = np.concatenate([live, np.nonzero(done)[0][:current - len(live)]])
+            state = clock.time("compact_s", stats, programs.compact, state, keep)
+            done, steps, slot_caps = done[keep], steps[keep], slot_caps[keep]
+            stats.compactions, stats.slot_counts = stats.compactions + 1, stats.slot_counts + (current,)
+            fit = shrink_fit(current, refill_bucket)
+        # Decode until enough slots are free for the next refill (at least one more than now), or,
+        # in the drain, until the live rows fit a smaller slot bucket (or every slot is free).
+        if queued:
+            refill_at = max(min(refill_rows, queued), len(free) - take + 1)
+        else:
+            refill_at = current - fit if fit else current + 1
         state = clock.time("decode_s", stats, programs.decode, state, refill_at)
         stats.segments += 1
         ran, before = ~done, steps
@@ -131,6 +170,7 @@ def run_queue(programs: SlotPrograms, caps: np.ndarray, *, slots: int, refill_ro
         if queued:
             stats.queued_decode_steps += decode_steps - stats.decode_steps
             stats.queued_useful_tokens += tokens
+        stats.computed_row_steps += (decode_steps - stats.decode_steps) * current
         stats.decode_steps, stats.useful_tokens = decode_steps, stats.useful_tokens + tokens
         steps = steps.astype(np.int64)
         if started == n and done.all():

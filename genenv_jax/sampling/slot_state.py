@@ -37,7 +37,7 @@ class DecodeState:
     logprobs: jax.Array  # [N, G] float32 per prompt, 0 after its end
     lengths: jax.Array  # [N] int32 tokens recorded per prompt
     stopped: jax.Array  # [N] bool: the prompt's last token is a stop token
-    decode_steps: jax.Array  # [] int32: decode forward passes run so far, each over all B slots
+    decode_steps: jax.Array  # [] int32: decode forward passes run so far, each over the slots of its time
 
     @property
     def window(self) -> int:
@@ -62,6 +62,16 @@ def resize_window(state: DecodeState, window: int) -> DecodeState:
     """The state with its caches cut or grown to P + window slots (slots past every running row's
     step only: the caller checks that)."""
     return state.replace(caches=resize_caches(state.caches, state.prompt_mask.shape[1] + window))
+
+
+def compact_slots(state: DecodeState, rows: jax.Array) -> DecodeState:
+    """The state on B' = len(rows) slots: slot i of the result is slot rows[i] of `state` (its cache
+    rows and per-slot fields copied as they are); the per-prompt results are unchanged."""
+    take = lambda a: a[rows]  # noqa: E731
+    return state.replace(
+        caches=jax.tree.map(take, state.caches), prompt_mask=take(state.prompt_mask),
+        prompt_lengths=take(state.prompt_lengths), prompt_ids=take(state.prompt_ids), caps=take(state.caps),
+        steps=take(state.steps), last_tokens=take(state.last_tokens), done=take(state.done))
 
 
 def is_stop(tokens: jax.Array, stop_ids: jax.Array) -> jax.Array:
