@@ -36,7 +36,7 @@ import numpy as np
 
 from genenv_jax import rl
 from genenv_jax.models import ModelConfig, init_params, preset
-from genenv_jax.models.config import REMAT_POLICIES
+from genenv_jax.models.config import ATTENTION_KERNELS, REMAT_POLICIES
 from genenv_jax.parallel import MeshConfig, make_mesh, mesh_context
 
 H200_PEAK_FLOPS = 788e12  # dense bf16 FLOP/s per device (the project's reference figure for one H200)
@@ -50,6 +50,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=16, help="sequences per step (global)")
     p.add_argument("--micro_batches", type=int, default=1, help="gradient-accumulation micro-batches")
     p.add_argument("--remat", default="full", choices=REMAT_POLICIES, help="decoder-layer remat policy")
+    p.add_argument("--attention", default="auto", choices=ATTENTION_KERNELS, help="attention kernel")
     p.add_argument("--rule", default="grpo", choices=("grpo", "rwr"))
     p.add_argument("--param_dtype", default="float32", help="stored (master) param dtype")
     p.add_argument("--dtype", default="bfloat16", help="compute dtype")
@@ -63,7 +64,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _mesh_from_flag(text: str):
+def mesh_from_flag(text: str):
+    """A mesh from a flag like "data=1,fsdp=-1,tensor=1" (also used by memory.py)."""
     sizes = dict(item.split("=") for item in text.split(","))
     return make_mesh(MeshConfig(**{k: int(v) for k, v in sizes.items()}))
 
@@ -101,6 +103,16 @@ def measure_peak_flops(dtype, size: int) -> float:
     return 2.0 * size ** 3 / best
 
 
+def build_step(cfg: ModelConfig, rule: str, mesh, chunk_size: int, micro_batches: int) -> rl.TrainStep:
+    """The GRPO or RWR step the benchmarks measure (AdamW at lr 1e-6, default loss options)."""
+    optimizer = rl.make_optimizer(rl.OptimizerConfig(learning_rate=1e-6))
+    if rule == "grpo":
+        return rl.make_grpo_step(cfg, optimizer, rl.GRPOConfig(chunk_size=chunk_size), mesh=mesh,
+                                 micro_batches=micro_batches)
+    return rl.make_rwr_step(cfg, optimizer, rl.RWRConfig(chunk_size=chunk_size), mesh=mesh,
+                            micro_batches=micro_batches)
+
+
 def random_batch(cfg: ModelConfig, rule: str, batch: int, seq: int, rng: np.random.RandomState) -> dict:
     tokens = rng.randint(0, cfg.vocab_size, (batch, seq)).astype(np.int32)
     prompt = seq // 2
@@ -127,20 +139,16 @@ def main(argv=None) -> None:
     print("date:   ", datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
     print("machine:", machine_line())
 
-    overrides = dict(param_dtype=args.param_dtype, dtype=args.dtype, remat_policy=args.remat)
+    overrides = dict(param_dtype=args.param_dtype, dtype=args.dtype, remat_policy=args.remat,
+                     attention=args.attention)
     if args.layers is not None:
         overrides["num_layers"] = args.layers
     cfg = preset(args.preset, **overrides)
-    mesh = _mesh_from_flag(args.mesh)
-    optimizer = rl.make_optimizer(rl.OptimizerConfig(learning_rate=1e-6))
-    if args.rule == "grpo":
-        step = rl.make_grpo_step(cfg, optimizer, rl.GRPOConfig(chunk_size=args.chunk_size), mesh=mesh,
-                                 micro_batches=args.micro_batches)
-    else:
-        step = rl.make_rwr_step(cfg, optimizer, rl.RWRConfig(chunk_size=args.chunk_size), mesh=mesh,
-                                micro_batches=args.micro_batches)
+    mesh = mesh_from_flag(args.mesh)
+    step = build_step(cfg, args.rule, mesh, args.chunk_size, args.micro_batches)
     print(f"model:   {args.preset}{'' if args.layers is None else f' ({args.layers} layers)'}: "
-          f"{cfg.num_params():,} params, params {cfg.param_dtype}, compute {cfg.dtype}, remat {cfg.remat_policy}")
+          f"{cfg.num_params():,} params, params {cfg.param_dtype}, compute {cfg.dtype}, remat {cfg.remat_policy}, "
+          f"attention {cfg.attention}")
     print(f"step:    {args.rule.upper()}, batch {args.batch} x seq {args.seq} = {args.batch * args.seq:,} tokens, "
           f"{args.micro_batches} micro-batches, LM-head chunk {args.chunk_size}, mesh {dict(mesh.shape)}")
 

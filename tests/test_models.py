@@ -39,9 +39,11 @@ def test_logits_match_hf_float32(tmp_path, heads, kv_heads, tied):
         np.testing.assert_allclose(ours, _hf_logits(hf, tokens, mask, positions), atol=1e-4, rtol=0)
 
 
-def test_padded_batch_with_attention_mask_matches_hf(tmp_path):
+@pytest.mark.parametrize("attention", ["auto", "einsum", "blockwise"])  # auto is blockwise on CPU
+def test_padded_batch_with_attention_mask_matches_hf(tmp_path, attention):
     hf = make_hf_model(heads=4, kv_heads=2)
-    cfg, params = load_hf(save_hf_model(hf, tmp_path / "hf"))
+    cfg, params = load_hf(save_hf_model(hf, tmp_path / "hf"), attention=attention)
+    assert cfg.attention == attention
     tokens = np.random.RandomState(1).randint(3, cfg.vocab_size, (3, 11))
     mask = np.ones_like(tokens)
     mask[1, :4] = 0  # left padding
@@ -222,3 +224,32 @@ def test_bfloat16_compute_stays_close_to_float32():
     out = forward(bf, jax.tree.map(lambda x: x.astype(jnp.bfloat16), params), tokens)
     assert out.dtype == jnp.float32
     assert float(jnp.abs(out - ref).max()) < 0.05
+
+
+def test_sequence_chunked_mlp_equals_one_pass(monkeypatch):
+    """The training forward runs the MLP over sequence chunks (`qwen2.MLP_CHUNK_TOKENS`); with a
+    chunk of 4 tokens, 9 positions become 3 chunks of 3 (padded to 9): same logits and gradients."""
+    from genenv_jax.models import qwen2
+
+    cfg = preset("micro").replace(remat_policy="full")
+    params = init_params(cfg, jax.random.key(0))
+    tokens = jax.random.randint(jax.random.key(1), (2, 9), 0, cfg.vocab_size)
+    mask = np.ones((2, 9), np.int32)
+    mask[1, :3] = 0
+
+    def logits_and_grads(cfg):
+        loss = lambda p: jnp.sum(forward(cfg, p, tokens, attention_mask=mask)[:, 3:] ** 2)  # noqa: E731
+        return forward(cfg, params, tokens, attention_mask=mask), jax.grad(loss)(params)
+
+    ref, ref_grads = logits_and_grads(cfg)
+    monkeypatch.setattr(qwen2, "MLP_CHUNK_TOKENS", 4)
+    lengths = []
+    mlp = qwen2.primitives.mlp
+    monkeypatch.setattr(qwen2.primitives, "mlp", lambda cfg, p, x, c: lengths.append(x.shape[1]) or mlp(cfg, p, x, c))
+    jax.clear_caches()  # the forward is jitted on cfg: trace it again with the small chunk
+    out, grads = logits_and_grads(cfg)
+    jax.clear_caches()
+    assert set(lengths) == {3}  # every MLP call saw one chunk of 3 positions
+    np.testing.assert_allclose(out, ref, atol=1e-5)
+    for g, r in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads)):
+        np.testing.assert_allclose(g, r, atol=1e-5, rtol=1e-5)

@@ -21,6 +21,11 @@ REMAT_POLICIES = (
     "everything_saveable",
 )
 
+# Attention kernels accepted by `ModelConfig.attention` (see `genenv_jax/models/attention.py`):
+# "auto" picks by backend (TPU: splash, GPU: cudnn where its constraints hold, else blockwise);
+# "einsum" is the plain reference that materialises the [B, N, T, S] scores.
+ATTENTION_KERNELS = ("auto", "einsum", "blockwise", "splash", "cudnn")
+
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
@@ -51,7 +56,9 @@ class ModelConfig:
     """Shape and numerics of a Qwen2 decoder. Frozen and hashable, so it can be a static jit arg.
 
     `param_dtype` is the storage dtype of the weights, `dtype` the activation/compute dtype;
-    norms, softmax and logits are always computed in float32.
+    norms, softmax and logits are always computed in float32. `attention` names the attention
+    kernel of the whole-sequence forward (`ATTENTION_KERNELS`); it is not part of the HF config
+    and does not change the param tree.
     """
 
     vocab_size: int
@@ -69,6 +76,7 @@ class ModelConfig:
     dtype: str = "float32"
     remat_policy: str = "none"
     scan_layers: bool = True
+    attention: str = "auto"
     bos_token_id: int | None = 151643
     eos_token_id: int | None = 151645
 
@@ -83,6 +91,8 @@ class ModelConfig:
                 f"num_kv_heads ({self.num_kv_heads})")
         if self.remat_policy not in REMAT_POLICIES:
             raise ValueError(f"ModelConfig.remat_policy {self.remat_policy!r} not in {REMAT_POLICIES}")
+        if self.attention not in ATTENTION_KERNELS:
+            raise ValueError(f"ModelConfig.attention {self.attention!r} not in {ATTENTION_KERNELS}")
         dtype_from_name(self.param_dtype)
         dtype_from_name(self.dtype)
 

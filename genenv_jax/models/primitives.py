@@ -15,15 +15,12 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from genenv_jax.models.attention import AttentionKernel, Mask, PaddedCausalMask, einsum_attention
 from genenv_jax.models.config import ModelConfig
 
 Params = Any
 # constrain(x, logical axis names) -> x with a sharding constraint (or x unchanged).
 Constrain = Callable[[jax.Array, tuple[str | None, ...]], jax.Array]
-# kernel(q [B, T, K, G, H], k [B, K, S, H], v [B, K, S, H], mask [B, T, S]) -> [B, K, G, T, H]
-AttentionKernel = Callable[[jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
-
-MASK_VALUE = -1e30  # finite, so a fully masked (padding) row gives a uniform softmax, not NaN
 ACTIVATION_AXES = ("activation_batch", "activation_length", "activation_embed")  # x [B, T, D]
 MLP_ACTIVATION_AXES = ("activation_batch", "activation_length", "activation_mlp")  # [B, T, F]
 
@@ -86,28 +83,15 @@ def project_qkv(cfg: ModelConfig, attn: Params, x: jax.Array, cos: jax.Array, si
 
 def causal_mask(key_valid: jax.Array) -> jax.Array:
     """[B, T, T] bool: query t sees keys s <= t that are valid (key_valid [B, T], False on padding)."""
-    length = key_valid.shape[1]
-    causal = jnp.arange(length)[None, :] <= jnp.arange(length)[:, None]  # [T, S]
-    return causal[None] & key_valid[:, None, :].astype(bool)
+    return PaddedCausalMask(key_valid).dense()
 
 
-def einsum_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
-    """The attention kernel in plain einsums: float32 scores and softmax, probs in v's dtype.
-
-    q [B, T, K, G, H], k/v [B, K, S, H], mask [B, T, S] -> [B, K, G, T, H]. Materialises the
-    [B, K, G, T, S] scores.
-    """
-    scale = q.shape[-1] ** -0.5
-    scores = jnp.einsum("btkgh,bksh->bkgts", q, k, preferred_element_type=jnp.float32) * scale
-    scores = jnp.where(mask[:, None, None, :, :], scores, MASK_VALUE)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)  # [B, K, G, T, S]
-    return jnp.einsum("bkgts,bksh->bkgth", probs, v)
-
-
-def grouped_query_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
+def grouped_query_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: Mask,
                             kernel: AttentionKernel = einsum_attention) -> jax.Array:
-    """Grouped-query attention: q [B, T, N, H], k/v [B, K, S, H], mask [B, T, S] -> [B, K, G, T, H].
+    """Grouped-query attention: q [B, T, N, H], k/v [B, K, S, H] -> [B, K, G, T, H].
 
+    `mask` is a dense [B, T, S] bool array or an `attention.PaddedCausalMask`; `kernel` one of
+    `attention.KERNELS` (or `attention.kernel_for(cfg.attention)`), the einsum reference by default.
     Query head n = k * G + g shares kv head k. The output stays in the (batch, kv head) major
     order of the matmuls; `attention_output` contracts it as is.
     """
@@ -135,20 +119,25 @@ def mlp(cfg: ModelConfig, mlp_params: Params, x: jax.Array, constrain: Constrain
     return jnp.einsum("btf,fd->btd", hidden, mlp_params["down_kernel"].astype(dt))
 
 
+# feed_forward(cfg, mlp params, x [B, T, D], constrain) -> [B, T, D]: `mlp` or an equivalent schedule of it.
+FeedForward = Callable[[ModelConfig, Params, jax.Array, Constrain], jax.Array]
+
+
 def decoder_layer(cfg: ModelConfig, layer: Params, x: jax.Array, cos: jax.Array, sin: jax.Array,
                   attend: Callable[[jax.Array, jax.Array, jax.Array], tuple[jax.Array, Any]],
-                  constrain: Constrain = no_constraint) -> tuple[jax.Array, Any]:
+                  constrain: Constrain = no_constraint, feed_forward: FeedForward = mlp) -> tuple[jax.Array, Any]:
     """One pre-norm block: x + attention(norm(x)), then + mlp(norm(x)); x [B, T, D].
 
     `attend(q [B, T, N, H], k, v [B, K, T, H]) -> (out [B, K, G, T, H], aux)` decides which keys
     the queries see: the sequence itself (training, prefill) or a KV cache the new k, v are written
-    into (decoding), whose updated buffers come back as `aux`. Returns (x, aux).
+    into (decoding), whose updated buffers come back as `aux`. `feed_forward` computes the MLP (the
+    training forward runs it over sequence chunks). Returns (x, aux).
     """
     x = constrain(x, ACTIVATION_AXES)
     q, k, v = project_qkv(cfg, layer["attn"], rms_norm(cfg, layer["input_norm"], x), cos, sin)
     out, aux = attend(q, k, v)
     x = x + attention_output(cfg, layer["attn"], out)
-    x = x + mlp(cfg, layer["mlp"], rms_norm(cfg, layer["post_attn_norm"], x), constrain)
+    x = x + feed_forward(cfg, layer["mlp"], rms_norm(cfg, layer["post_attn_norm"], x), constrain)
     return x, aux
 
 

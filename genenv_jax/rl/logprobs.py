@@ -6,12 +6,12 @@ the tokens the policy generated (response tokens, not prompt, padding or tool ob
 
 The LM head runs over chunks of the sequence inside a rematerialised `lax.scan`, so only one
 float32 [B, chunk, V] block of logits exists at a time, forward and backward; with a 152k
-vocabulary a full [B, T, V] float32 tensor would not fit for long sequences.
+vocabulary a full [B, T, V] float32 tensor would not fit for long sequences. Under a mesh the
+head's vocabulary is split over the devices (`lm_head.py`).
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Sequence
 
 import jax
@@ -19,25 +19,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from genenv_jax.models import ModelConfig, hidden_states, logits_from_hidden, param_shardings
+from genenv_jax.models import ModelConfig, hidden_states, param_shardings
 from genenv_jax.parallel import BATCH_AXES, batch_sharding, mesh_context, split_micro_batches
+from genenv_jax.rl.lm_head import chunked_token_stats
 
 Params = Any
-
-
-def _chunk_stats(cfg: ModelConfig, params: Params, hidden: jax.Array, targets: jax.Array,
-                 temperature: float, with_entropy: bool) -> tuple[jax.Array, jax.Array]:
-    """log p(target) and entropy for one chunk: hidden [B, C, D], targets [B, C] -> two [B, C]."""
-    logits = logits_from_hidden(cfg, params, hidden)  # [B, C, V] float32
-    if temperature != 1.0:
-        logits = logits / temperature
-    lse = jax.nn.logsumexp(logits, axis=-1)  # [B, C]
-    target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]  # [B, C]
-    if not with_entropy:
-        return target_logit - lse, jnp.zeros_like(lse)
-    probs = jnp.exp(logits - lse[..., None])  # [B, C, V]
-    entropy = lse - jnp.einsum("bcv,bcv->bc", probs, logits)
-    return target_logit - lse, entropy
 
 
 def token_logprobs(cfg: ModelConfig, params: Params, tokens: jax.Array,
@@ -83,16 +69,8 @@ def token_logprobs(cfg: ModelConfig, params: Params, tokens: jax.Array,
         need = jnp.pad(needed[:, 1:] > 0, ((0, 0), (0, pad)))  # aligned with targets
         use_chunk = jnp.any(need.reshape(batch, num_chunks, chunk), axis=(0, 2))  # [n]
 
-    # Rematerialised: the backward pass recomputes each chunk's logits instead of storing them.
-    stats = jax.checkpoint(functools.partial(_chunk_stats, cfg, temperature=temperature,
-                                             with_entropy=with_entropy))
-
-    def body(carry, chunk_in):
-        h, t, use = chunk_in
-        skipped = (jnp.zeros(t.shape, jnp.float32), jnp.zeros(t.shape, jnp.float32))
-        return carry, jax.lax.cond(use, lambda: stats(params, h, t), lambda: skipped)
-
-    _, (logprobs, entropy) = jax.lax.scan(body, None, (hidden, targets, use_chunk))  # [n, B, C] each
+    logprobs, entropy = chunked_token_stats(cfg, params, hidden, targets, use_chunk, temperature=temperature,
+                                            with_entropy=with_entropy)  # [n, B, C] each
 
     def unchunk(x):  # [n, B, C] -> [B, T], with position 0 set to 0
         x = x.swapaxes(0, 1).reshape(batch, num_chunks * chunk)[:, :steps]
