@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 from genenv_jax.curriculum import CurriculumConfig
 from genenv_jax.models import ModelConfig, preset
+from genenv_jax.models.config import ATTENTION_KERNELS, REMAT_POLICIES
 from genenv_jax.parallel import MeshConfig
 from genenv_jax.rl import GRPOConfig, OptimizerConfig, RWRConfig
 
@@ -67,6 +68,7 @@ class PolicySettings:
     dtype: str
     remat_policy: str
     scan_layers: bool
+    attention: str
     sampling: SamplingSettings
     optimizer: OptimizerConfig
     train: TrainSettings
@@ -74,7 +76,7 @@ class PolicySettings:
     def model_config(self) -> ModelConfig:
         """The training config: float32 master params, the configured compute dtype and layout."""
         layout = dict(param_dtype="float32", dtype=self.dtype, remat_policy=self.remat_policy,
-                      scan_layers=self.scan_layers)
+                      scan_layers=self.scan_layers, attention=self.attention)
         if self.model_dir:
             return ModelConfig.from_hf(self.model_dir, **layout)
         return preset(self.preset, **layout)
@@ -255,7 +257,8 @@ def _fraction(path: str, value: float) -> None:
 # ----------------------------------------------------------------------------------------------
 # The whole tree
 # ----------------------------------------------------------------------------------------------
-_POLICY_KEYS = ("model_dir", "preset", "allow_random_init", "param_dtype", "dtype", "remat_policy", "scan_layers")
+_POLICY_KEYS = ("model_dir", "preset", "allow_random_init", "param_dtype", "dtype", "remat_policy", "scan_layers",
+                "attention")
 _DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -294,6 +297,8 @@ def _policy(tree: Mapping[str, Any], name: str, rule: str, check_source: bool = 
              for k in _POLICY_KEYS}
     for key in ("param_dtype", "dtype"):
         _choice(f"{name}.{key}", model[key], _DTYPES)
+    _choice(f"{name}.attention", model["attention"], ATTENTION_KERNELS)
+    _choice(f"{name}.remat_policy", model["remat_policy"], REMAT_POLICIES)
     settings = PolicySettings(name=name, rule=rule, sampling=sampling, optimizer=optimizer, train=train, **model)
     if check_source:
         _check_weights_source(settings)

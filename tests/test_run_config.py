@@ -45,6 +45,7 @@ def test_packaged_configs_validate_and_derive_shared_values():
     ("domain.name", "", r"config.domain.name is empty"),
     ("episodes.max_total_tokens", 100, r"config.episodes.max_total_tokens=100: must be >= agent.sampling.max_prompt_len"),
     ("episodes.env_workers", -1, r"config.episodes.env_workers=-1: must be >= 0"),
+    ("agent.attention", "flash", r"config.agent.attention='flash': expected one of auto, einsum, blockwise"),
 ])
 def test_bad_values_are_refused_before_any_work_naming_the_key(key, value, message):
     c = toy_config_dict(**{key: value, "mesh.data": 2, "mesh.fsdp": 4})

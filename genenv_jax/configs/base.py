@@ -40,6 +40,7 @@ def policy_config(*, temperature: float, max_new_tokens: int, max_prompt_len: in
         "dtype": "bfloat16",         # compute dtype
         "remat_policy": "dots_with_no_batch_dims_saveable",
         "scan_layers": True,
+        "attention": "auto",         # auto (splash on TPU, cuDNN on GPU, else blockwise) | einsum | blockwise | ...
         "sampling": sampling_config(temperature, max_new_tokens, max_prompt_len),
         "optimizer": optimizer_config(learning_rate),
         "train": ConfigDict({
