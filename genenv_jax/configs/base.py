@@ -132,3 +132,14 @@ def get_config() -> ConfigDict:
     c.checkpoint = ConfigDict({"keep": 3, "every_epochs": 1})
     c.log = ConfigDict({"samples_per_epoch": 16, "progress_bars": True})
     return c
+
+
+def tiny_models(c: ConfigDict) -> None:
+    """CPU presets: both policies random `tiny` Qwen2 models in float32, no remat, 64-token LM-head
+    chunks (chunks of prompt only are skipped)."""
+    for model in (c.agent, c.simulator):
+        model.preset = "tiny"
+        model.param_dtype = "float32"
+        model.dtype = "float32"
+        model.remat_policy = "none"
+        model.train.loss.chunk_size = 64

@@ -29,12 +29,7 @@ def get_config(preset: str = "7b") -> ConfigDict:
 
 def tiny(c: ConfigDict) -> None:
     """CPU demo: random tiny model, real tokenizer, 6 short simple_python seeds, warm-start, 2 epochs."""
-    for model in (c.agent, c.simulator):
-        model.preset = "tiny"
-        model.param_dtype = "float32"
-        model.dtype = "float32"
-        model.remat_policy = "none"
-        model.train.loss.chunk_size = 64   # LM-head chunks: prompt-only chunks are skipped
+    base.tiny_models(c)
     c.epochs = 2
     c.curriculum.k_min = 0.25      # 4 rollouts give p_hat in {0, .25, .5, .75, 1}: a band wide enough to train RWR
     c.domain.options.categories = ("simple_python",)

@@ -39,12 +39,7 @@ def get_config(preset: str = "7b") -> ConfigDict:
 
 def tiny(c: ConfigDict) -> None:
     """CPU demo: random tiny model, real tokenizer, 4 short multi_turn_base seeds, warm-start, 2 epochs."""
-    for model in (c.agent, c.simulator):
-        model.preset = "tiny"
-        model.param_dtype = "float32"
-        model.dtype = "float32"
-        model.remat_policy = "none"
-        model.train.loss.chunk_size = 64
+    base.tiny_models(c)
     c.epochs = 2
     c.curriculum.k_min = 0.25
     c.domain.options.categories = ("multi_turn_base",)

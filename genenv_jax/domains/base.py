@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import json
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 SCHEMA_VERSION = 1
 
@@ -171,6 +171,21 @@ def difficulty_direction(recent_success: Sequence[float], alpha: float = 0.5, ba
     if p < alpha - band:
         return "easier"
     return "similar"
+
+
+def next_sibling(domain: "Domain", seed: Task, fits: Callable[[Task], bool]) -> Task:
+    """The next task after `seed` in its split and category (cyclically) for which `fits` holds:
+    a real task to write as a reference generation. Keeping the split means warm-start data never
+    shows the simulator an evaluation item."""
+    split = seed.metadata.get("split", "train")
+    pool = [t for t in domain.seeds(split) if t.category == seed.category]
+    start = next((i for i, t in enumerate(pool) if t.task_id == seed.task_id), -1)
+    for k in range(1, len(pool) + 1):
+        candidate = pool[(start + k) % len(pool)]
+        if fits(candidate):
+            return candidate
+    raise ValueError(f"no task in split {split!r} of category {seed.category!r} can serve as a "
+                     f"reference generation for {seed.task_id}")
 
 
 class Environment(abc.ABC):

@@ -21,7 +21,8 @@ import sys
 from typing import Any, Mapping, Sequence
 
 from genenv_jax.domains import bfcl_data, bfcl_schema
-from genenv_jax.domains.base import DIFFICULTY_DIRECTIONS, ChatPrompt, Domain, Rejection, ScoreResult, Task
+from genenv_jax.domains.base import (DIFFICULTY_DIRECTIONS, ChatPrompt, Domain, Rejection, ScoreResult, Task,
+                                     next_sibling)
 from genenv_jax.domains.bfcl_checker import check_calls
 from genenv_jax.domains.bfcl_data import CATEGORIES, IRRELEVANCE_CATEGORIES, SPLITS, SplitFractions
 from genenv_jax.domains.bfcl_schema import REJECTION_REASONS, TaskInvalid
@@ -183,17 +184,7 @@ class BFCLDomain(Domain):
 
         if sibling is not None and fits(sibling):
             return sibling
-        # The next task of the seed's split and category (cyclically) with a different question;
-        # the split is kept so warm-start data never shows the simulator an evaluation item.
-        split = seed.metadata.get("split", "train")
-        pool = [t for t in self.seeds(split) if t.category == seed.category]
-        start = next((i for i, t in enumerate(pool) if t.task_id == seed.task_id), -1)
-        for k in range(1, len(pool) + 1):
-            candidate = pool[(start + k) % len(pool)]
-            if fits(candidate):
-                return candidate
-        raise ValueError(f"no task in split {split!r} of category {seed.category!r} can serve as a "
-                         f"reference generation for {seed.task_id}")
+        return next_sibling(self, seed, fits)  # another question of the seed's split and category
 
     def reference_generation(self, seed: Task, sibling: Task | None = None) -> str:
         """A sibling task of the seed's category written as the simulator is asked to (fenced JSON)."""

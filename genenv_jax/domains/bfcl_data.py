@@ -54,14 +54,16 @@ class SplitFractions:
         return {"train": self.train, "validation": self.validation, "test": self.test}
 
 
-def _data_file(*parts: str):
+def data_file(*parts: str):
+    """A file of the installed bfcl_eval package's data directory."""
     node = importlib.resources.files("bfcl_eval").joinpath("data")
     for part in parts:
         node = node.joinpath(part)
     return node
 
 
-def _read_jsonl(node) -> list[dict[str, Any]]:
+def read_jsonl(node) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file, one per non-empty line."""
     with node.open("r", encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
 
@@ -71,10 +73,10 @@ def _load_category_cached(category: str) -> tuple[BFCLEntry, ...]:
     if category not in CATEGORIES:
         raise ValueError(f"unknown BFCL category {category!r}; expected one of {CATEGORIES}")
     name = f"{VERSION_PREFIX}_{category}.json"
-    prompts = _read_jsonl(_data_file(name))
+    prompts = read_jsonl(data_file(name))
     answers: dict[str, list] = {}
     if category not in IRRELEVANCE_CATEGORIES:
-        answers = {a["id"]: a["ground_truth"] for a in _read_jsonl(_data_file("possible_answer", name))}
+        answers = {a["id"]: a["ground_truth"] for a in read_jsonl(data_file("possible_answer", name))}
     entries = []
     for p in prompts:
         if len(p["question"]) != 1:

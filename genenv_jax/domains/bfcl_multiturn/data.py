@@ -24,7 +24,7 @@ from bfcl_eval.constants.category_mapping import VERSION_PREFIX
 from bfcl_eval.constants.executable_backend_config import (
     CLASS_FILE_PATH_MAPPING, MULTI_TURN_FUNC_DOC_FILE_MAPPING, STATELESS_CLASSES)
 
-from genenv_jax.domains.bfcl_data import SPLITS, SplitFractions
+from genenv_jax.domains.bfcl_data import SPLITS, SplitFractions, data_file, read_jsonl
 
 CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 # The backends of BFCL's multi-turn suite (web search and memory backends belong to other categories).
@@ -39,18 +39,6 @@ def is_long_context(category: str) -> bool:
     return "long_context" in category or "composite" in category
 
 
-def _data_file(*parts: str):
-    node = importlib.resources.files("bfcl_eval").joinpath("data")
-    for part in parts:
-        node = node.joinpath(part)
-    return node
-
-
-def _read_jsonl(node) -> list[dict[str, Any]]:
-    with node.open("r", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 @functools.lru_cache(maxsize=None)
 def backend_class(class_name: str) -> type:
     """The executable backend class BFCL ships for one of CLASSES."""
@@ -63,7 +51,7 @@ def backend_class(class_name: str) -> type:
 def _function_docs_cached(class_name: str) -> tuple[str, ...]:
     if class_name not in CLASSES:
         raise ValueError(f"unknown BFCL multi-turn class {class_name!r}; expected one of {CLASSES}")
-    docs = _read_jsonl(_data_file("multi_turn_func_doc", MULTI_TURN_FUNC_DOC_FILE_MAPPING[class_name]))
+    docs = read_jsonl(data_file("multi_turn_func_doc", MULTI_TURN_FUNC_DOC_FILE_MAPPING[class_name]))
     return tuple(json.dumps(d, ensure_ascii=False) for d in docs)
 
 
@@ -139,9 +127,9 @@ def _load_category_cached(category: str) -> tuple[MultiTurnEntry, ...]:
     if category not in CATEGORIES:
         raise ValueError(f"unknown BFCL multi-turn category {category!r}; expected one of {CATEGORIES}")
     name = f"{VERSION_PREFIX}_{category}.json"
-    answers = {a["id"]: a["ground_truth"] for a in _read_jsonl(_data_file("possible_answer", name))}
+    answers = {a["id"]: a["ground_truth"] for a in read_jsonl(data_file("possible_answer", name))}
     entries = []
-    for p in _read_jsonl(_data_file(name)):
+    for p in read_jsonl(data_file(name)):
         if p["id"] not in answers:
             raise ValueError(f"{name}: {p['id']} has no possible answer")
         source = answers[p["id"]]

@@ -14,7 +14,8 @@ import hashlib
 import json
 from typing import Any, Mapping, Sequence
 
-from genenv_jax.domains.base import DIFFICULTY_DIRECTIONS, ChatPrompt, Domain, Rejection, ScoreResult, Task
+from genenv_jax.domains.base import (DIFFICULTY_DIRECTIONS, ChatPrompt, Domain, Rejection, ScoreResult, Task,
+                                     next_sibling)
 from genenv_jax.domains.bfcl_data import SPLITS, SplitFractions
 from genenv_jax.domains.bfcl_generation import extract_json_object
 from genenv_jax.domains.bfcl_multiturn import data, schema
@@ -216,17 +217,7 @@ class BFCLMultiTurnDomain(Domain):
 
         if sibling is not None and fits(sibling):
             return sibling
-        # The next task of the seed's split and category (cyclically): warm-start data never shows
-        # the simulator an evaluation item.
-        split = seed.metadata.get("split", "train")
-        pool = [t for t in self.seeds(split) if t.category == seed.category]
-        start = next((i for i, t in enumerate(pool) if t.task_id == seed.task_id), -1)
-        for k in range(1, len(pool) + 1):
-            candidate = pool[(start + k) % len(pool)]
-            if fits(candidate):
-                return candidate
-        raise ValueError(f"no task in split {split!r} of category {seed.category!r} can serve as a "
-                         f"reference generation for {seed.task_id}")
+        return next_sibling(self, seed, fits)
 
     def reference_generation(self, seed: Task, sibling: Task | None = None) -> str:
         """A sibling task of the seed's category and split, written as the simulator is asked to."""
