@@ -32,6 +32,10 @@ def test_pack_sequences_errors():
 
 def test_buckets():
     assert [length_bucket(n) for n in (1, 16, 17, 100)] == [16, 16, 32, 128]
+    # From 384 up the ladder adds 1.5x powers of two: padding costs at most a third, sizes stay x128.
+    assert [length_bucket(n) for n in (257, 384, 385, 513, 768, 769, 1025, 4097)] == [
+        384, 384, 512, 768, 768, 1024, 1536, 6144]
+    assert all(length_bucket(n) % 128 == 0 for n in range(129, 20000, 7))
     assert padded_row_count(10, 4) == 12 and padded_row_count(0, 4) == 4
 
 

@@ -11,12 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from genenv_jax.bucketing import next_power_of_two, round_up
-
-
-def length_bucket(n: int, minimum: int = 16) -> int:
-    """Padded length for n tokens: the next power of two, at least `minimum`."""
-    return max(int(minimum), next_power_of_two(max(int(n), 1)))
+from genenv_jax.bucketing import length_bucket, round_up
 
 
 def pack_sequences(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int, *,

@@ -4,17 +4,18 @@ sizes so a long run compiles a handful of programs instead of one per call."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import Callable, Sequence
 
 from genenv_jax.bucketing import next_power_of_two
 
 
-def bucket_size(n: int, buckets: Sequence[int] | None, minimum: int, what: str) -> int:
-    """`n` rounded up to the smallest bucket (default: powers of two, at least `minimum`)."""
+def bucket_size(n: int, buckets: Sequence[int] | None, minimum: int, what: str,
+                ladder: Callable[[int], int] = next_power_of_two) -> int:
+    """`n` rounded up to the smallest bucket (default: the next rung of `ladder`, at least `minimum`)."""
     if n < 1:
         raise ValueError(f"{what} must be >= 1, got {n}")
     if buckets is None:
-        return max(int(minimum), next_power_of_two(n))
+        return max(int(minimum), ladder(n))
     fitting = [b for b in sorted(buckets) if b >= n]
     if not fitting:
         raise ValueError(f"{what} {n} exceeds the largest bucket {max(buckets)}; add a bigger bucket")
@@ -31,7 +32,9 @@ def rows_per_chunk(batch: int, prompt_len: int, shards: int, chunk_tokens: int) 
 
 @dataclasses.dataclass(frozen=True)
 class Buckets:
-    """Allowed padded sizes. `None` means powers of two (no smaller than the `min_*` value).
+    """Allowed padded sizes. `None` means powers of two for batch and generation lengths and
+    `bucketing.length_bucket` (powers of two and, from 384 up, 1.5x powers of two) for prompt
+    lengths, no smaller than the `min_*` value.
 
     The batch bucket is further rounded up to a multiple of the mesh's data x fsdp size.
     """

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from genenv_jax.bucketing import next_power_of_two, round_up
+from genenv_jax.bucketing import length_bucket, next_power_of_two, round_up
 from genenv_jax.models import ModelConfig, param_shardings
 from genenv_jax.parallel import BATCH_AXES, MeshConfig, logical_to_spec, make_mesh
 from genenv_jax.sampling.buckets import Buckets, bucket_size
@@ -188,7 +188,7 @@ class Sampler:
         rows = validate_prompts(prompts, self.cfg.vocab_size)
         caps = validate_caps(max_new_tokens, len(rows))
         b = self.buckets
-        prompt_len = bucket_size(max(len(r) for r in rows), b.prompt, b.min_prompt, "prompt length")
+        prompt_len = bucket_size(max(len(r) for r in rows), b.prompt, b.min_prompt, "prompt length", length_bucket)
         new_tokens = bucket_size(int(caps.max()), b.new_tokens, b.min_new_tokens, "max_new_tokens")
         tokens = np.full((len(rows), prompt_len), self.pad_id, np.int32)
         mask = np.zeros((len(rows), prompt_len), bool)
