@@ -28,8 +28,9 @@ from tqdm import tqdm
 from genenv_jax import tokenization
 from genenv_jax.chat_text import ChatText
 from genenv_jax.domains.base import Domain, Task
-from genenv_jax.episodes import EpisodeCaps, LocalEnvironments, run_episodes
+from genenv_jax.episodes import EpisodeCaps, LocalEnvironments, ProcessZeroEnvironments, run_episodes
 from genenv_jax.models import ModelConfig
+from genenv_jax.parallel import initialize_distributed, is_multiprocess, is_writer
 from genenv_jax.sampling import FINISH_LENGTH, FINISH_STOP, SampleOutput, generate
 
 # (prompts, max_new_tokens) -> generated ids per prompt, ending before the first stop token.
@@ -176,10 +177,12 @@ def evaluate(domain: Domain, tasks: Sequence[Task], generate_fn: GenerateFn, tok
     limit = max_prompt_tokens if max_prompt_tokens is not None else 1 << 30
     caps = EpisodeCaps(max_turns=max_turns, max_total_tokens=limit + max_new_tokens, max_new_tokens=max_new_tokens,
                        max_prompt_len=limit)
-    envs = LocalEnvironments(domain)
+    envs = LocalEnvironments(domain) if not is_multiprocess() else ProcessZeroEnvironments(
+        LocalEnvironments(domain) if is_writer() else None)  # process 0 scores, the others receive
     counters: collections.Counter = collections.Counter()
     try:
-        with tqdm(total=len(tasks), desc=f"eval {domain.name}", unit="task", disable=not progress) as bar:
+        with tqdm(total=len(tasks), desc=f"eval {domain.name}", unit="task",
+                  disable=not (progress and is_writer())) as bar:
             groups, _ = run_episodes(tasks, 1, envs, text, caps,
                                      _episode_sampler(generate_fn, max_new_tokens, batch_size, text.end_id),
                                      counters, bar)
@@ -248,10 +251,14 @@ def evaluate_params(cfg: ModelConfig, params: Any, domain: Domain, tasks: Sequen
 def load_run_agent(run_dir: str | os.PathLike, epoch: int | None = None) -> tuple[ModelConfig, Any, int]:
     """(cfg, params, epoch) of the agent in a GenEnv run's Orbax checkpoint (default: the latest epoch).
 
-    The model config comes from the config snapshot stored in the checkpoint.
+    The model config comes from the config snapshot stored in the checkpoint. The params are
+    restored FSDP-sharded over every device of every process (the default mesh), so greedy
+    decoding runs over the global mesh on multi-host runs too.
     """
     from genenv_jax.checkpointing import Checkpointer
     from genenv_jax.models import param_shapes
+    from genenv_jax.models.partitioning import param_shardings
+    from genenv_jax.parallel import MeshConfig, abstract_like, make_mesh
     from genenv_jax.run_config import saved_policy_settings
 
     ckpt = Checkpointer(Path(run_dir) / "checkpoints", async_save=False)
@@ -260,8 +267,7 @@ def load_run_agent(run_dir: str | os.PathLike, epoch: int | None = None) -> tupl
         if epoch is None:
             raise FileNotFoundError(f"{run_dir}: no checkpoints under {ckpt.directory}")
         cfg = saved_policy_settings(ckpt.metadata(epoch)["config"], "agent").model_config()
-        device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-        target = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=device), param_shapes(cfg))
+        target = abstract_like(param_shapes(cfg), param_shardings(cfg, make_mesh(MeshConfig())))
         return cfg, ckpt.restore_item(epoch, "agent_params", target), epoch
     finally:
         ckpt.close()
@@ -288,11 +294,16 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="init seed for --preset")
     p.add_argument("--out", required=True, help="output directory for results.json / results.md / items.jsonl")
     p.add_argument("--no_progress", action="store_true")
+    p.add_argument("--coordinator_address", default=None,
+                   help="multi-process runs JAX cannot detect: process 0's host:port (with the next two)")
+    p.add_argument("--num_processes", type=int, default=None)
+    p.add_argument("--process_id", type=int, default=None)
     return p.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
+    initialize_distributed(args.coordinator_address, args.num_processes, args.process_id)
     from genenv_jax.domains import get_domain
     from genenv_jax.models import init_params, load_hf, preset
 
@@ -322,6 +333,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress=not args.no_progress,
         config=dict(source, split=args.split, max_per_category=args.max_per_category,
                     tokenizer=tok_dir or "bundled-qwen2.5"))
+    if not is_writer():  # process 0 writes the report
+        return 0
     paths = write_report(report, args.out)
     print(format_markdown(report))
     print(f"wrote {', '.join(str(p) for p in paths.values())} in {time.time() - t0:.1f}s")

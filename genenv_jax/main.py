@@ -19,6 +19,11 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file or packag
                                           "configs/bfcl.py:tiny or bfcl:tiny.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, pools, metrics, plots); "
                                "default runs/<domain>-<preset>.")
+_COORDINATOR = flags.DEFINE_string("coordinator_address", None,
+                                   "Multi-process runs where JAX cannot detect the cluster: process 0's host:port "
+                                   "(with --num_processes and --process_id). TPU pods and SLURM need none of these.")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "With --coordinator_address: how many processes.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "With --coordinator_address: this process's index.")
 
 
 def resolve_config_argument(argv: Sequence[str]) -> list[str]:
@@ -75,7 +80,7 @@ def main(argv):
     from genenv_jax.run_config import ConfigError, RunConfig
     from genenv_jax.workdir_lock import WorkdirLockedError
 
-    initialize_distributed()
+    initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
     try:
         config = RunConfig.from_config_dict(_CONFIG.value, num_devices=jax.device_count())
         workdir = _WORKDIR.value or config.default_workdir()
@@ -88,6 +93,8 @@ def main(argv):
         _die(f"{_one_line(e)} (check the config's paths and --workdir)")
     except OSError as e:
         _die(f"{_one_line(e)} (disk full or not writable? the last checkpoint is intact; rerun to resume)")
+    if jax.process_index() != 0:  # process 0 reports for the run
+        return
     print(f"\nGenEnv ({config.mode}) on {config.domain.name}: {len(rows)} epochs in {workdir}\n")
     print(summary_table(rows))
     print(f"\ncurves: {workdir}/curves.png  metrics: {workdir}/metrics.jsonl  "

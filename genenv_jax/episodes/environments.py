@@ -1,7 +1,7 @@
 """Where episodes' environments live: in this process, or in worker processes so that CPU-bound
 environments step in parallel. Both hosts answer batches of reset / step / score requests for
 episode ids; a failure (an exception in the environment, a worker that died) comes back as an
-`EnvFailure` for that episode only."""
+`EnvFailure` for that episode only. On a multi-host run process 0 holds them and broadcasts."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import traceback
 from typing import Any, Mapping, Sequence
 
 from genenv_jax.domains.base import Domain, Environment, Task
+from genenv_jax.parallel.processes import broadcast_object, is_multiprocess, is_writer
 
 Request = tuple[str, int, Any]  # (op: "reset" | "step" | "score" | "close", episode id, payload)
 
@@ -161,3 +162,30 @@ class WorkerEnvironments:
             if proc.is_alive():
                 proc.kill()
         self._workers = [None] * len(self._workers)
+
+
+class ProcessZeroEnvironments:
+    """Multi-host runs: process 0 steps the environments (`inner`, None elsewhere) and every
+    process gets its answers by broadcast, so an environment that fails or times out on one host
+    cannot make the processes' episodes (and then their batches) diverge."""
+
+    def __init__(self, inner: LocalEnvironments | WorkerEnvironments | None):
+        if is_writer() != (inner is not None):
+            raise ValueError("process 0, and only process 0, holds the environments")
+        self.inner = inner
+
+    def call(self, requests: Sequence[Request]) -> list[Any]:
+        return broadcast_object(self.inner.call(requests) if self.inner is not None else None)
+
+    def close(self) -> None:
+        if self.inner is not None:
+            self.inner.close()
+
+
+def open_environments(domain: Domain, domain_ref: str, options: Mapping[str, Any], num_workers: int):
+    """The loop's environments: in this process (`num_workers` 0) or in worker processes; on a
+    multi-host run held by process 0 only and broadcast to the others."""
+    inner = None
+    if is_writer():
+        inner = LocalEnvironments(domain) if num_workers == 0 else WorkerEnvironments(domain_ref, options, num_workers)
+    return ProcessZeroEnvironments(inner) if is_multiprocess() else inner

@@ -13,6 +13,8 @@ the checkpoint of epoch e replays epoch e + 1 exactly as an uninterrupted run wo
 from __future__ import annotations
 
 import collections
+import contextlib
+import json
 import logging
 import os
 import time
@@ -23,8 +25,8 @@ from tqdm.auto import tqdm
 from genenv_jax import curriculum
 from genenv_jax.checkpointing import Checkpointer
 from genenv_jax.domains import DOMAINS, get_domain
-from genenv_jax.episodes import LocalEnvironments, WorkerEnvironments
-from genenv_jax.loop import learning, records
+from genenv_jax.episodes import open_environments
+from genenv_jax.loop import learning, records, shared_pools
 from genenv_jax.chat_text import ChatText
 from genenv_jax.loop.context import LoopContext, training_seeds
 from genenv_jax.loop.persistence import check_config_change, load_state, save_state
@@ -33,11 +35,10 @@ from genenv_jax.loop.rollouts import rollouts
 from genenv_jax.loop.state import RECENT_SUCCESS_KEPT, LoopState, SeedStats
 from genenv_jax.loop.tasks import GeneratedTasks, StaticTasks, TaskGenerator, replay_tasks
 from genenv_jax.metrics import MetricsWriter, plot_curves, read_metrics, summary_table, truncate_metrics
-from genenv_jax.parallel import make_mesh
-from genenv_jax.pools import Pool
+from genenv_jax.parallel import barrier, broadcast_object, check_same_on_all, is_writer, make_mesh
 from genenv_jax.run_config import RunConfig
 from genenv_jax.sampling import Sampler
-from genenv_jax.workdir_lock import WorkdirLock
+from genenv_jax.workdir_lock import WorkdirLock, WorkdirLockedError
 
 POOLS = ("d_train", "d_env", "static_tasks")
 
@@ -64,10 +65,9 @@ class CoEvolution:
 
         self.agent = policy(config.agent)
         self.simulator = policy(config.simulator)
-        self.environments = (LocalEnvironments(domain) if config.episodes.env_workers == 0 else
-                             WorkerEnvironments(DOMAINS[config.domain.name], config.domain.options,
-                                                config.episodes.env_workers))
-        self.pools = {name: Pool(self.workdir / "pools", name) for name in POOLS}
+        self.environments = open_environments(domain, DOMAINS[config.domain.name], config.domain.options,
+                                              config.episodes.env_workers)
+        self.pools = shared_pools.open_pools(self.workdir / "pools", POOLS)
         generator = TaskGenerator(self.ctx, self.simulator)
         self.task_source = (StaticTasks(self.ctx, generator, self.pools["static_tasks"]) if config.mode == "static"
                             else GeneratedTasks(self.ctx, generator))
@@ -97,12 +97,15 @@ class CoEvolution:
         check_config_change(self.checkpointer, self.config)
         targets = {"agent": self.agent.abstract_state(with_reference=True),
                    "simulator": self.simulator.abstract_state(with_reference=True)}
-        state = load_state(self.checkpointer, targets, self.pools)
+        state = load_state(self.checkpointer, targets, shared_pools.writable(self.pools))
+        shared_pools.sync(self.pools, "resume")
         if state is None:
-            (self.workdir / "metrics.jsonl").unlink(missing_ok=True)  # rows of a run that never checkpointed
+            if is_writer():
+                (self.workdir / "metrics.jsonl").unlink(missing_ok=True)  # rows of a run that never checkpointed
             return self.fresh_state()
         logging.info("resuming after epoch %d from %s", state.epoch, self.checkpointer.directory)
-        truncate_metrics(self.workdir / "metrics.jsonl", state.epoch)
+        if is_writer():
+            truncate_metrics(self.workdir / "metrics.jsonl", state.epoch)
         if state.agent.reference is None:  # references are the initial weights: rebuild them
             agent, simulator = self.initial_weights()
             state.agent = state.agent.replace(reference=agent)
@@ -134,6 +137,10 @@ class CoEvolution:
         by_task = {s.task_id: s for s in scores}
         self._update_seed_stats(state, scores, curriculum.seed_variances(fresh) if fresh else {})
 
+        # Every process computed the same tasks and rewards (else their batches would differ).
+        check_same_on_all(f"epoch {epoch}'s tasks and rewards", json.dumps(
+            [[g.task.task_id, [float(r) for r in g.rewards]] for g in groups]).encode())
+
         # 7. GRPO on the agent; 8. RWR on the simulator with in-band tasks (genenv mode only).
         state.agent, agent_metrics = learning.update_agent(ctx, self.agent, state.agent, groups, epoch)
         simulator_metrics = {}
@@ -144,9 +151,11 @@ class CoEvolution:
         t_upd = time.time()
 
         # 9. Pools (committed before the checkpoint; resume rolls them back if the checkpoint is missing).
-        self.pools["d_train"].append_epoch(epoch, records.d_train_records(groups))
-        self.pools["d_env"].append_epoch(epoch, records.d_env_records(gens, by_task, c.simulator.train.loss.reward_lambda))
-        records.write_samples(self.workdir / "samples", epoch, gens, groups, c.log.samples_per_epoch)
+        shared_pools.append_epoch(self.pools, epoch, {
+            "d_train": records.d_train_records(groups),
+            "d_env": records.d_env_records(gens, by_task, c.simulator.train.loss.reward_lambda)})
+        if is_writer():
+            records.write_samples(self.workdir / "samples", epoch, gens, groups, c.log.samples_per_epoch)
         times = {"generate_s": t_gen - t0, "rollouts_s": t_roll - t_gen, "updates_s": t_upd - t_roll}
         episodes = [ep for g in groups for ep in g.episodes]
         return records.epoch_metrics(gens=gens, generated=None if c.mode == "static" else len(gens), groups=groups,
@@ -164,8 +173,26 @@ class CoEvolution:
     # ------------------------------------------------------------------ run
     def run(self) -> list[dict]:
         """All remaining epochs; returns the per-epoch metric rows of the whole run."""
-        with WorkdirLock(self.workdir):
+        with self._workdir_lock():
             return self._run()
+
+    @contextlib.contextmanager
+    def _workdir_lock(self):
+        """The workdir lock, held by process 0; every process fails alike if it is taken."""
+        lock, error = WorkdirLock(self.workdir) if is_writer() else None, None
+        if lock is not None:
+            try:
+                lock.__enter__()
+            except WorkdirLockedError as e:
+                error = str(e)
+        error = broadcast_object(error)
+        if error is not None:
+            raise WorkdirLockedError(error)
+        try:
+            yield
+        finally:
+            if lock is not None:
+                lock.__exit__(None, None, None)
 
     def _run(self) -> list[dict]:
         c = self.config
@@ -174,7 +201,7 @@ class CoEvolution:
         except BaseException:
             self.checkpointer.close()
             raise
-        metrics = MetricsWriter(self.workdir)
+        metrics = MetricsWriter(self.workdir, enabled=is_writer())
         try:
             if state.epoch == -1 and state.warm_started:
                 metrics.write(-1, self.warmstart_metrics)
@@ -186,14 +213,17 @@ class CoEvolution:
                 if (epoch + 1) % c.checkpoint.every_epochs == 0 or epoch == c.epochs - 1:
                     save_state(self.checkpointer, state, self.pools, c)
                 logging.info("epoch %d: %s", epoch, row)
-                tqdm.write(records.epoch_line(epoch, row, time.time() - t0))
+                if is_writer():
+                    tqdm.write(records.epoch_line(epoch, row, time.time() - t0))
             self.checkpointer.wait_until_finished()
         finally:
             self.checkpointer.close()
             self.environments.close()
             metrics.close()
+        barrier("run-finished")  # process 0's metrics are complete
         rows = [r for r in read_metrics(self.workdir / "metrics.jsonl") if r["epoch"] >= 0]
-        plot_curves(rows, self.workdir / "curves.png", title=f"GenEnv ({c.mode}) on {c.domain.name}")
-        (self.workdir / "summary.md").write_text(summary_table(rows) + "\n")
+        if is_writer():
+            plot_curves(rows, self.workdir / "curves.png", title=f"GenEnv ({c.mode}) on {c.domain.name}")
+            (self.workdir / "summary.md").write_text(summary_table(rows) + "\n")
         self.final_state = state
         return rows

@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 
 from genenv_jax.chat_text import ChatText
 from genenv_jax.domains.base import Domain, Task
+from genenv_jax.parallel import is_writer
 from genenv_jax.run_config import RunConfig
 
 # Streams of `epoch_seed`: one per random choice an epoch makes, so each is replayed exactly on resume.
@@ -33,8 +34,13 @@ class LoopContext:
     def __post_init__(self):
         self.seed_by_id = {s.task_id: s for s in self.train_seeds}
 
+    @property
+    def show_progress(self) -> bool:
+        """Progress bars if the config asks for them, on process 0 only."""
+        return self.config.log.progress_bars and is_writer()
+
     def progress(self, total: int, desc: str, unit: str = "seq"):
-        return tqdm(total=total, desc=desc, unit=unit, leave=False, disable=not self.config.log.progress_bars)
+        return tqdm(total=total, desc=desc, unit=unit, leave=False, disable=not self.show_progress)
 
     def seed(self, epoch: int, stream: int) -> int:
         return epoch_seed(self.config.seed, epoch, stream)

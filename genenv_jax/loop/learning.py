@@ -42,7 +42,7 @@ def update_agent(ctx: LoopContext, agent: Policy, state: PolicyState, groups: Se
                         response_len=max(longest, agent.settings.sampling.max_new_tokens))
     state, history = train_steps(agent.train, state, steps, **shape, pad_id=ctx.text.pad_id,
                                  scalar_key="advantages", desc=f"epoch {epoch}: GRPO",
-                                 show_progress=ctx.config.log.progress_bars)
+                                 show_progress=ctx.show_progress)
     return state, summarise("agent", history)
 
 
@@ -66,7 +66,7 @@ def update_simulator(ctx: LoopContext, simulator: Policy, state: PolicyState, ge
     steps = [[rows[i] for i in order[s:s + per_step]] for s in range(0, len(rows), per_step)]
     state, history = train_steps(simulator.train, state, steps, **shape, pad_id=ctx.text.pad_id,
                                  scalar_key="rewards", desc=f"epoch {epoch}: RWR",
-                                 show_progress=ctx.config.log.progress_bars)
+                                 show_progress=ctx.show_progress)
     return state, summarise("simulator", history) | {"simulator/tasks": len(chosen)}
 
 
@@ -145,7 +145,7 @@ def warmstart(ctx: LoopContext, policy: Policy, params, examples: Sequence[Train
     state, history = train_steps(policy.sft_trainer(), policy.sft_state(params), steps,
                                  **batch_shape(examples, w.batch_size, policy.rows_multiple), pad_id=ctx.text.pad_id,
                                  scalar_key="rewards", desc=f"warm-start {policy.name}",
-                                 show_progress=ctx.config.log.progress_bars, total=steps_count)
+                                 show_progress=ctx.show_progress, total=steps_count)
     first, last = history[0]["loss"], history[-1]["loss"]
     logging.info("warm-start %s: %d steps, loss %.3f -> %.3f", policy.name, steps_count, first, last)
     return state.params, {f"warmstart/{policy.name}_loss_first": first, f"warmstart/{policy.name}_loss_last": last}

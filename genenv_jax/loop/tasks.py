@@ -14,6 +14,7 @@ from genenv_jax.domains.base import ChatPrompt, Rejection, Task, difficulty_dire
 from genenv_jax.loop.context import (STREAM_GENERATE, STREAM_REPLAY, STREAM_SEEDS, STREAM_STATIC, LoopContext)
 from genenv_jax.loop.policy import Policy
 from genenv_jax.loop.state import SeedStats
+from genenv_jax.loop import shared_pools
 from genenv_jax.pool_mixing import mixed_batches
 from genenv_jax.pools import Pool
 
@@ -133,7 +134,8 @@ class StaticTasks:
             seeds = choose_seeds(self.ctx, 0, {}, c.seeds_per_epoch)
             seeds = [s for s in seeds for _ in range(c.static_variants_per_seed)]
             gens = self.generator.generate(seeds, simulator_params, {}, 0, counters)
-            self.pool.append_epoch(0, [{"task": g.task.to_json()} for g in gens if g.task])
+            shared_pools.append_epoch({"static_tasks": self.pool}, 0,
+                                      {"static_tasks": [{"task": g.task.to_json()} for g in gens if g.task]})
         tasks = [Task.from_json(r["task"]) for r in self.pool.records()]
         if not tasks:
             return []

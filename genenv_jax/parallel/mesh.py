@@ -111,22 +111,21 @@ def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
 
 
 def shard_batch(batch, mesh: Mesh):
-    """Puts a pytree of host arrays onto the mesh, batch axis over data x fsdp.
+    """Puts a pytree of host arrays (the global batch) onto the mesh, batch axis over data x fsdp.
 
-    Single host: arrays are the global batch. Multi-host: each process passes its local slice
-    (`jax.make_array_from_process_local_data`).
+    Multi-host: every process passes the same global batch (the loop computes it identically on
+    each) and supplies the rows of its own devices; nothing crosses hosts.
     """
     batch_size = math.prod(mesh.shape[a] for a in BATCH_AXES)
 
     def put(x):
         x = np.asarray(x)
-        if x.ndim and (x.shape[0] * jax.process_count()) % batch_size:
-            raise ValueError(f"batch dimension {x.shape[0]} (x {jax.process_count()} processes) is not "
-                             f"divisible by data*fsdp = {batch_size}")
+        if x.ndim and x.shape[0] % batch_size:
+            raise ValueError(f"batch dimension {x.shape[0]} is not divisible by data*fsdp = {batch_size}")
         sharding = batch_sharding(mesh, x.ndim) if x.ndim else NamedSharding(mesh, P())
         if jax.process_count() == 1:
             return jax.device_put(x, sharding)
-        return jax.make_array_from_process_local_data(sharding, x)
+        return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
 
     return jax.tree.map(put, batch)
 
