@@ -325,6 +325,19 @@ def _check_weights_source(p: PolicySettings) -> None:
             "from random weights")
 
 
+def _shared_source(agent: Mapping[str, Any], simulator: Mapping[str, Any]) -> dict[str, Any]:
+    """With `share_agent_init` the simulator starts from the agent's weights, so it takes the
+    agent's model source (model_dir, preset, allow_random_init); a different one is a conflict."""
+    if simulator.get("model_dir") and simulator["model_dir"] != agent.get("model_dir"):
+        raise ConfigError("config.simulator.model_dir is set but simulator.share_agent_init=True starts the simulator "
+                          "from the agent's weights; drop it or pass --config.simulator.share_agent_init=False")
+    if not simulator.get("model_dir") and not agent.get("model_dir") and simulator.get("preset") != agent.get("preset"):
+        raise ConfigError(f"config.simulator.preset={simulator.get('preset')!r} differs from agent.preset="
+                          f"{agent.get('preset')!r} but simulator.share_agent_init=True starts the simulator from the "
+                          "agent's weights; make them equal or pass --config.simulator.share_agent_init=False")
+    return {key: agent[key] for key in ("model_dir", "preset", "allow_random_init") if key in agent}
+
+
 def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
     top = {"seed", "mode", "epochs", "mesh", "allow_config_change", "agent", "simulator", "tokenizer_dir", "domain",
            "curriculum", "seeds_per_epoch", "variants_per_seed", "rollouts_per_task", "seed_selection",
@@ -356,6 +369,8 @@ def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
     agent = _policy(tree["agent"], "agent", "grpo")
     simulator_tree = dict(tree["simulator"])
     share = _check_type("simulator.share_agent_init", simulator_tree.pop("share_agent_init", True), bool)
+    if share:
+        simulator_tree.update(_shared_source(tree["agent"], simulator_tree))
     simulator = _policy(simulator_tree, "simulator", "rwr")
 
     domain = _section(DomainSettings, {**tree["domain"], "options": None}, "domain",

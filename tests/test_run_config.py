@@ -25,6 +25,23 @@ def test_packaged_configs_validate_and_derive_shared_values():
         RunConfig.from_config_dict(bfcl.get_config("7b"), num_devices=8)
 
 
+def test_paper_setup_needs_only_the_agent_model_dir_when_the_simulator_shares_it(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    c = bfcl.get_config("7b")
+    c.agent.model_dir = str(tmp_path)
+    run = RunConfig.from_config_dict(c, num_devices=8)
+    assert run.share_agent_init and run.simulator.model_dir == run.agent.model_dir == str(tmp_path)
+    c.simulator.model_dir = "/elsewhere"
+    with pytest.raises(ConfigError, match=r"simulator.model_dir is set but simulator.share_agent_init=True"):
+        RunConfig.from_config_dict(c, num_devices=8)
+    tiny = bfcl.get_config("tiny")
+    tiny.simulator.preset = "micro"
+    with pytest.raises(ConfigError, match=r"simulator.preset='micro' differs from agent.preset='tiny'"):
+        RunConfig.from_config_dict(tiny, num_devices=8)
+    tiny.simulator.share_agent_init = False
+    assert RunConfig.from_config_dict(tiny, num_devices=8).simulator.preset == "micro"
+
+
 @pytest.mark.parametrize("key,value,message", [
     ("curriculum.alpha", 1.5, r"config.curriculum: alpha .* \(0, 1\)"),
     ("mode", "sometimes", r"config.mode='sometimes': expected one of genenv, random, static"),
