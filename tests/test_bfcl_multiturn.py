@@ -384,7 +384,7 @@ def test_summary_is_bfcls_unweighted_multi_turn_mean(domain):
 
 
 def test_configs_validate():
-    tiny = RunConfig.from_config_dict(config_module.get_config("tiny"), num_devices=8)
+    tiny = RunConfig.from_config_dict(config_module.get_config("tiny"), num_devices=1)  # a CPU preset
     assert tiny.domain.name == "bfcl_multiturn" and tiny.domain.options == {"categories": ("multi_turn_base",)}
     assert tiny.episodes.max_total_tokens >= tiny.agent.sampling.max_prompt_len + tiny.agent.sampling.max_new_tokens
     seven = config_module.get_config("7b")
