@@ -20,9 +20,11 @@ Columns, per device, in GiB:
 The sampler's rows name "decode.py's" attention: the KV-cache decoder picks its own kernel.
 
 The programs are the ones the project runs: `rl.make_grpo_step` / `rl.make_rwr_step` as built by
-benchmarks/train_step.py (`build_step`, batch `random_batch`), and the programs of one `Sampler`
-call (`sampling/programs.py`: the refill that prefills prompts into slots, and a decode segment at
-the largest cache window), compiled for abstract params and cache state.
+benchmarks/train_step.py (`build_step`, with a batch of `random_batch`'s keys and shapes), and the
+programs of one `Sampler` call (`sampling/programs.py`: the refill that prefills prompts into slots,
+and a decode segment at the largest cache window), compiled for abstract params and cache state.
+The compile-only measurement is `genenv_jax/memory_plan.py`, which `python -m genenv_jax.plan`
+(per-slice sizing of a run config, docs/plan.md) uses too.
 
 Examples (CPU, 8 host devices; each 7B program compiles in well under a minute):
   JAX_PLATFORMS=cpu python benchmarks/memory.py --preset qwen2.5-7b --seq 2048,4096,9216 \\
@@ -40,7 +42,7 @@ import shlex
 import sys
 import time
 
-GIB = 2 ** 30
+from genenv_jax.memory_plan import ProgramMemory, compile_step, sampler_programs, set_host_device_count
 
 
 def _list(text: str) -> list[str]:
@@ -81,72 +83,19 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def memory_row(compiled) -> dict[str, float]:
     """The per-device sizes (GiB) of a compiled program, and their peak (see module docstring)."""
-    m = compiled.memory_analysis()
-    row = {"args": m.argument_size_in_bytes, "output": m.output_size_in_bytes, "alias": m.alias_size_in_bytes,
-           "temp": m.temp_size_in_bytes, "code": m.generated_code_size_in_bytes}
-    row["peak"] = row["args"] + row["output"] - row["alias"] + row["temp"]
-    return {k: v / GIB for k, v in row.items()}
+    return ProgramMemory.of(compiled).gib()
 
 
 def step_memory(cfg, rule: str, mesh, batch: int, seq: int, chunk_size: int, micro_batches: int):
     """Compiles the update step for abstract params, optimizer state and batch; returns the compiled program."""
-    import numpy as np
-    from train_step import build_step, random_batch
+    from train_step import build_step
 
-    from genenv_jax.parallel import abstract_like, batch_sharding
-
-    step = build_step(cfg, rule, mesh, chunk_size, micro_batches)
-    host = random_batch(cfg, rule, batch, seq, np.random.RandomState(0))  # small: [B, T] ints and floats
-    abstract_batch = abstract_like(host, {k: batch_sharding(mesh, v.ndim) for k, v in host.items()})
-    return step.lower(step.abstract_params(), step.abstract_opt_state(), abstract_batch).compile()
-
-
-class CompileOnlyPrograms(dict):
-    """Stands in for a `Sampler`'s table of compiled programs (`Sampler._programs`): programs are
-    compiled and stored as usual, but a lookup returns a stand-in that answers with the program's
-    output shapes instead of running it, so a whole call is sized without device memory."""
-
-    def __getitem__(self, key):
-        program = super().__getitem__(key)
-        return lambda *args: program.out_info
-
-    def by_kind(self) -> dict:
-        """{program kind (the key's first field): compiled program}."""
-        return {key[0]: dict.__getitem__(self, key) for key in self}
+    return compile_step(build_step(cfg, rule, mesh, chunk_size, micro_batches), rule, batch, seq)
 
 
 def sampler_memory(cfg, mesh, batch: int, prompt_len: int, new_tokens: int, prefill_chunk_tokens: int) -> dict:
-    """Compiles the programs of one `Sampler` call that starts `batch` prompts in `batch` slots (the
-    refill program: prefill into the slots) and decodes them with the cache window at its largest
-    (`new_tokens`); returns {name: compiled}. Params and the decode state stay abstract."""
-    import numpy as np
-
-    import jax
-    from genenv_jax.models import param_shapes
-    from genenv_jax.models.decode import unstack_layers
-    from genenv_jax.sampling import Buckets, Sampler
-    from genenv_jax.sampling.programs import CallPrograms
-    from genenv_jax.sampling.refill import SelectOptions
-    from genenv_jax.sampling.sampler import PromptBatch, SamplerParams
-
-    sampler = Sampler(cfg, mesh, prefill_chunk_tokens=prefill_chunk_tokens,
-                      buckets=Buckets(batch=(batch,), prompt=(prompt_len,), new_tokens=(new_tokens,)))
-    programs = sampler._programs = CompileOnlyPrograms()
-    shapes = jax.eval_shape(unstack_layers, param_shapes(cfg))
-    tree = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, cfg.jnp_param_dtype, sharding=sh), shapes,
-                        sampler.param_shardings)
-    prompts = PromptBatch(tokens=np.zeros((batch, prompt_len), np.int32), mask=np.ones((batch, prompt_len), bool),
-                          lengths=np.full(batch, prompt_len, np.int32), caps=np.full(batch, new_tokens, np.int32),
-                          new_tokens_bucket=new_tokens)
-    call = CallPrograms(sampler, SamplerParams(tree, cfg, mesh), prompts, slots=batch,
-                        select=SelectOptions(greedy=False, top_k=0, use_top_p=False),
-                        stop_ids=np.full(4, -1, np.int32),
-                        scalars=(np.uint32(0), np.uint32(0), np.float32(1.0), np.float32(1.0)))
-    state = call.start(new_tokens)
-    state = call.refill(state, np.arange(batch), np.arange(batch))
-    call.decode(state, refill_at=batch)
-    compiled = programs.by_kind()
-    return {"prefill (refill)": compiled["refill"], "decode": compiled["decode"]}
+    """{name: compiled} of one `Sampler` call's refill and decode programs (`memory_plan.sampler_programs`)."""
+    return sampler_programs(cfg, mesh, batch, prompt_len, new_tokens, prefill_chunk_tokens)
 
 
 def _print_table(rows: list[dict]) -> None:
@@ -160,10 +109,8 @@ def _print_table(rows: list[dict]) -> None:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    if os.environ.get("JAX_PLATFORMS", "cpu") == "cpu" and "xla_force_host_platform_device_count" not in \
-            os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                                   + f" --xla_force_host_platform_device_count={args.host_devices}").strip()
+    if os.environ.get("JAX_PLATFORMS", "cpu") == "cpu":
+        set_host_device_count(args.host_devices, replace=False)  # before JAX's first device query
     from train_step import machine_line, mesh_from_flag
 
     from genenv_jax.models import preset

@@ -42,27 +42,30 @@ def resolve_config_argument(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def _parse_flags(argv: list[str]) -> list[str]:
-    """absl flag parsing with config errors (unknown key, bad file, bad value) as one line."""
-    try:
-        return flags.FLAGS(resolve_config_argument(argv))
-    except flags.Error as e:
-        _die(f"bad command line: {_one_line(e)}")
-    except (AttributeError, KeyError) as e:  # ml_collections: an override names a key the config lacks
-        key = str(e).strip("\"'")
-        _die(f"unknown config key {key!r} in an override (run with --config=... only to see the valid keys "
-             "in the config file)")
-    except (FileNotFoundError, ImportError, ValueError, TypeError) as e:
-        _die(f"cannot load the config: {_one_line(e)}")
+def command_line_parser(program: str = "genenv_jax"):
+    """An absl flags parser for `program` that turns config errors (unknown key, bad file, bad
+    value) into one line `<program>: error: ...` and exit status 2."""
+    def parse(argv: list[str]) -> list[str]:
+        try:
+            return flags.FLAGS(resolve_config_argument(argv))
+        except flags.Error as e:
+            die(f"bad command line: {one_line(e)}", program)
+        except (AttributeError, KeyError) as e:  # ml_collections: an override names a key the config lacks
+            key = str(e).strip("\"'")
+            die(f"unknown config key {key!r} in an override (run with --config=... only to see the valid keys "
+                "in the config file)", program)
+        except (FileNotFoundError, ImportError, ValueError, TypeError) as e:
+            die(f"cannot load the config: {one_line(e)}", program)
+    return parse
 
 
-def _one_line(e: BaseException) -> str:
+def one_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return (text[-1] if text else type(e).__name__).strip()
 
 
-def _die(message: str) -> None:
-    print(f"genenv_jax: error: {message}", file=sys.stderr)
+def die(message: str, program: str = "genenv_jax") -> None:
+    print(f"{program}: error: {message}", file=sys.stderr)
     sys.exit(2)
 
 
@@ -86,13 +89,13 @@ def main(argv):
         workdir = _WORKDIR.value or config.default_workdir()
         rows = CoEvolution(config, workdir).run()
     except NonFiniteLossError as e:
-        _die(f"{e}. The last checkpoint is intact; lower the learning rate and rerun the same command to resume.")
+        die(f"{e}. The last checkpoint is intact; lower the learning rate and rerun the same command to resume.")
     except (ConfigError, CheckpointError, WorkdirLockedError) as e:
-        _die(_one_line(e))
+        die(one_line(e))
     except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
-        _die(f"{_one_line(e)} (check the config's paths and --workdir)")
+        die(f"{one_line(e)} (check the config's paths and --workdir)")
     except OSError as e:
-        _die(f"{_one_line(e)} (disk full or not writable? the last checkpoint is intact; rerun to resume)")
+        die(f"{one_line(e)} (disk full or not writable? the last checkpoint is intact; rerun to resume)")
     if jax.process_index() != 0:  # process 0 reports for the run
         return
     print(f"\nGenEnv ({config.mode}) on {config.domain.name}: {len(rows)} epochs in {workdir}\n")
@@ -103,4 +106,4 @@ def main(argv):
 
 if __name__ == "__main__":
     flags.mark_flag_as_required("config")
-    app.run(main, flags_parser=_parse_flags)
+    app.run(main, flags_parser=command_line_parser())
