@@ -15,7 +15,8 @@ from genenv_jax.domains.base import (
 
 # name -> "module:class"
 DOMAINS = {"bfcl": "genenv_jax.domains.bfcl:BFCLDomain",
-           "bfcl_multiturn": "genenv_jax.domains.bfcl_multiturn:BFCLMultiTurnDomain"}
+           "bfcl_multiturn": "genenv_jax.domains.bfcl_multiturn:BFCLMultiTurnDomain",
+           "calc": "genenv_jax.domains.calc:CalcDomain"}
 
 
 def get_domain(name: str, **kwargs: Any) -> Domain:

@@ -173,6 +173,18 @@ def difficulty_direction(recent_success: Sequence[float], alpha: float = 0.5, ba
     return "similar"
 
 
+SPLITS = ("train", "validation", "test")
+
+
+def split_of(tasks: Sequence[Task], split: str) -> list[Task]:
+    """The tasks whose `metadata["split"]` is `split` ('all': every task), in their order."""
+    if split == "all":
+        return list(tasks)
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; expected one of {SPLITS + ('all',)}")
+    return [t for t in tasks if t.metadata["split"] == split]
+
+
 def next_sibling(domain: "Domain", seed: Task, fits: Callable[[Task], bool]) -> Task:
     """The next task after `seed` in its split and category (cyclically) for which `fits` holds:
     a real task to write as a reference generation. Keeping the split means warm-start data never

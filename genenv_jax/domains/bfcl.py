@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 
 from genenv_jax.domains import bfcl_data, bfcl_schema
 from genenv_jax.domains.base import (DIFFICULTY_DIRECTIONS, ChatPrompt, Domain, Rejection, ScoreResult, Task,
-                                     next_sibling)
+                                     next_sibling, split_of)
 from genenv_jax.domains.bfcl_checker import check_calls
 from genenv_jax.domains.bfcl_data import CATEGORIES, IRRELEVANCE_CATEGORIES, SPLITS, SplitFractions
 from genenv_jax.domains.bfcl_schema import REJECTION_REASONS, TaskInvalid
@@ -106,11 +106,7 @@ class BFCLDomain(Domain):
 
     def seeds(self, split: str) -> list[Task]:
         """Seed tasks of 'train', 'validation', 'test' or 'all', in category then file order."""
-        if split == "all":
-            return list(self._all_seeds())
-        if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; expected one of {SPLITS + ('all',)}")
-        return [t for t in self._all_seeds() if t.metadata["split"] == split]
+        return split_of(self._all_seeds(), split)
 
     def split_counts(self) -> dict[str, dict[str, int]]:
         """{category: {split: count}} for the configured split."""

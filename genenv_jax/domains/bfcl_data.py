@@ -18,11 +18,12 @@ from typing import Any, Mapping
 
 from bfcl_eval.constants.category_mapping import VERSION_PREFIX
 
+from genenv_jax.domains.base import SPLITS  # noqa: F401  (re-exported: the seeds split three ways)
+
 NON_LIVE_AST_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple")
 LIVE_AST_CATEGORIES = ("live_simple", "live_multiple", "live_parallel", "live_parallel_multiple")
 IRRELEVANCE_CATEGORIES = ("irrelevance", "live_irrelevance")
 CATEGORIES = NON_LIVE_AST_CATEGORIES + LIVE_AST_CATEGORIES + IRRELEVANCE_CATEGORIES
-SPLITS = ("train", "validation", "test")
 DEFAULT_SPLIT_SALT = "genenv-bfcl-split-v1"
 
 

@@ -15,8 +15,8 @@ import json
 from typing import Any, Mapping, Sequence
 
 from genenv_jax.domains.base import (DIFFICULTY_DIRECTIONS, ChatPrompt, Domain, Rejection, ScoreResult, Task,
-                                     next_sibling)
-from genenv_jax.domains.bfcl_data import SPLITS, SplitFractions
+                                     next_sibling, split_of)
+from genenv_jax.domains.bfcl_data import SplitFractions
 from genenv_jax.domains.bfcl_generation import extract_json_object
 from genenv_jax.domains.bfcl_multiturn import data, schema
 from genenv_jax.domains.bfcl_multiturn.episode import MultiTurnEnvironment, hinted, score_turns
@@ -102,11 +102,7 @@ class BFCLMultiTurnDomain(Domain):
 
     def seeds(self, split: str) -> list[Task]:
         """Seed tasks of 'train', 'validation', 'test' or 'all', in category then file order."""
-        if split == "all":
-            return list(self._all_seeds())
-        if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; expected one of {SPLITS + ('all',)}")
-        return [t for t in self._all_seeds() if t.metadata["split"] == split]
+        return split_of(self._all_seeds(), split)
 
     # ------------------------------------------------------------------ agent side
     def environment(self, task: Task) -> MultiTurnEnvironment:

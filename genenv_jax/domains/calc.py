@@ -1,0 +1,264 @@
+"""A synthetic tool-call arithmetic domain for the miniature reproduction study (issue #13).
+
+The agent sees an integer expression ("Compute (3 + 4) * 5.") and a few function docs (add, sub,
+mul and distractors) and answers with ONE `<tool_call>`: the expression's outermost operation
+with both operands evaluated to integers, e.g.
+`<tool_call>\\n{"name": "mul", "arguments": {"a": 7, "b": 5}}\\n</tool_call>`.
+The verifier is exact: one well-formed call, the right function name, and arguments exactly
+{"a": int, "b": int} with the right values.
+
+The simulator writes a task as two lines (optionally inside a code fence):
+
+    question: (3 + 4) * 5
+    functions: add, mul, max
+
+`parse_task` parses the expression itself (a bounded recursive-descent parser over digits,
+`+ - * ( )`; model text is never eval'd), recomputes the answer from it, and measures the task's
+level from its content. An `answer:` line, if the simulator writes one, is ignored (the verifier
+never trusts it); whether it was right is kept in the task's metadata (`stated_answer_ok`).
+
+Difficulty knobs, all read from the text: operand digits, number of operations (operands - 1,
+which also sets the nesting), and distractor functions (listed functions the expression does not
+use). The level is the first row of LEVELS whose caps the task fits; a task beyond the last row
+is rejected (`out_of_range`). The task's category is its measured level ("level_3").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import random
+import re
+from typing import Any, Sequence
+
+from genenv_jax.domains.base import (DIFFICULTY_DIRECTIONS, ChatPrompt, Domain, Rejection, ScoreResult, Task,
+                                     SPLITS, next_sibling, split_of)
+from genenv_jax.domains.calc_expressions import (FUNCTIONS, LEVELS, MAX_GENERATION_CHARS, NUM_LEVELS,
+                                                 OPERATOR_FUNCTION, REJECTION_REASONS, Level, TaskInvalid, evaluate,
+                                                 expected_call, level_of, measure, parse_expression,
+                                                 render_expression, walk)
+from genenv_jax.tokenization import parse_tool_calls, render_tool_call
+
+DOMAIN_NAME = "calc"
+
+# ----------------------------------------------------------------------------------------------
+# Reading and writing tasks as text
+# ----------------------------------------------------------------------------------------------
+_LINE = re.compile(r"^[ \t]*(question|functions|answer)[ \t]*:(.*)$", re.IGNORECASE | re.MULTILINE)
+
+
+def read_generation(text: str) -> dict[str, Any]:
+    """The task a simulator generation states: {"expression", "tree", "functions", "stated_answer"}.
+
+    Looks at the first `question:`, `functions:` and `answer:` lines. Raises TaskInvalid.
+    """
+    if len(text) > MAX_GENERATION_CHARS:
+        raise TaskInvalid("too_large", f"{len(text)} characters; the limit is {MAX_GENERATION_CHARS}")
+    fields: dict[str, str] = {}
+    for m in _LINE.finditer(text):
+        fields.setdefault(m.group(1).lower(), m.group(2).strip())
+    if "question" not in fields:
+        raise TaskInvalid("no_question", "no 'question:' line")
+    if "functions" not in fields:
+        raise TaskInvalid("no_functions", "no 'functions:' line")
+    question = fields["question"]
+    question = question[len("Compute"):].strip() if question.lower().startswith("compute") else question
+    question = question.rstrip(".?= ").strip()
+    tree = parse_expression(question)
+    if tree[0] == "num":
+        raise TaskInvalid("bad_expression", "the expression has no operation")
+    names = [n.strip() for n in fields["functions"].split(",") if n.strip()]
+    if len(names) > len(FUNCTIONS):
+        raise TaskInvalid("out_of_range", f"{len(names)} functions listed; there are only {len(FUNCTIONS)}")
+    unknown = [n for n in names if n not in FUNCTIONS]
+    if unknown:
+        raise TaskInvalid("unknown_function", f"unknown functions {[u[:40] for u in unknown]}")
+    if len(set(names)) != len(names):
+        raise TaskInvalid("duplicate_function", f"functions {names} list one twice")
+    missing = sorted({OPERATOR_FUNCTION[n[0]] for n in walk(tree) if n[0] != "num"} - set(names))
+    if missing:
+        raise TaskInvalid("missing_function", f"the expression needs {missing}, which are not listed")
+    stated = fields.get("answer")
+    stated_value = int(stated) if stated is not None and re.fullmatch(r"-?[0-9]{1,12}", stated) else None
+    return {"expression": render_expression(tree), "tree": tree, "functions": names,
+            "stated_answer": stated, "stated_value": stated_value}
+
+
+def write_generation(expression: str, functions: Sequence[str]) -> str:
+    """A task in the format the simulator is asked for."""
+    return f"question: {expression}\nfunctions: {', '.join(functions)}"
+
+
+def function_docs(names: Sequence[str]) -> list[dict[str, Any]]:
+    """Tool schemas (listed in the agent's system turn) of the named functions."""
+    return [{"type": "function", "function": {
+        "name": n, "description": FUNCTIONS[n],
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                       "required": ["a", "b"]}}} for n in names]
+
+
+def _make_task(task_id: str, expression: str, tree: tuple, functions: Sequence[str], *, parent: str | None,
+               difficulty: str | None, metadata: dict[str, Any]) -> Task:
+    feats = measure(tree, functions)
+    level = level_of(feats)
+    if level is None:
+        raise TaskInvalid("out_of_range", f"beyond level {NUM_LEVELS}: {dataclasses.asdict(feats)}")
+    return Task(domain=DOMAIN_NAME, task_id=task_id, category=f"level_{level}",
+                prompt={"question": f"Compute {expression}.", "expression": expression, "functions": list(functions)},
+                verifier={"call": expected_call(tree), "value": evaluate(tree)},
+                parent_id=parent, difficulty=difficulty,
+                metadata={**metadata, "level": level, **dataclasses.asdict(feats)})
+
+
+# ----------------------------------------------------------------------------------------------
+# Seeds
+# ----------------------------------------------------------------------------------------------
+def _random_tree(rng: random.Random, ops: int, digits: int) -> tuple:
+    def number():
+        d = rng.randint(1, digits)
+        return ("num", rng.randint(0 if d == 1 else 10 ** (d - 1), 10 ** d - 1))
+
+    nodes = [number() for _ in range(ops + 1)]
+    while len(nodes) > 1:  # combine two random neighbours: a random tree shape with operands in order
+        i = rng.randrange(len(nodes) - 1)
+        nodes[i:i + 2] = [(rng.choice("+-*"), nodes[i], nodes[i + 1])]
+    return nodes[0]
+
+
+def _random_task_text(rng: random.Random, level: Level) -> tuple[str, tuple, list[str]]:
+    """A task measured at exactly `level` (rejection sampling within its caps)."""
+    while True:
+        tree = _random_tree(rng, rng.randint(1, level.max_ops), rng.randint(1, level.max_digits))
+        used = sorted({OPERATOR_FUNCTION[n[0]] for n in walk(tree) if n[0] != "num"})
+        others = [f for f in FUNCTIONS if f not in used]
+        functions = used + rng.sample(others, rng.randint(0, min(level.max_distractors, len(others))))
+        rng.shuffle(functions)
+        if level_of(measure(tree, functions)) == level.number:
+            return render_expression(tree), tree, functions
+
+
+class CalcDomain(Domain):
+    """Tool-call arithmetic at NUM_LEVELS levels; see the module docstring.
+
+    Args:
+      per_level: seeds per level and split, {"train": n, "validation": n, "test": n}.
+      seed: the generator seed of the seed set (the sets are a pure function of it).
+    """
+
+    name = DOMAIN_NAME
+    rejection_reasons = REJECTION_REASONS
+
+    def __init__(self, per_level: dict[str, int] | None = None, seed: int = 13):
+        self.per_level = dict(per_level or {"train": 40, "validation": 8, "test": 16})
+        unknown = sorted(set(self.per_level) - set(SPLITS))
+        if unknown:
+            raise ValueError(f"per_level: unknown splits {unknown}; expected {SPLITS}")
+        self.seed = seed
+        self._seeds: list[Task] | None = None
+
+    def _all_seeds(self) -> list[Task]:
+        """Every seed, split by split and level by level; no expression appears twice."""
+        if self._seeds is None:
+            rng = random.Random(f"calc-seeds-{self.seed}")
+            seen: set[str] = set()
+            tasks = []
+            for split in SPLITS:
+                for level in LEVELS:
+                    made = 0
+                    while made < self.per_level.get(split, 0):
+                        expression, tree, functions = _random_task_text(rng, level)
+                        if expression in seen:
+                            continue
+                        seen.add(expression)
+                        tasks.append(_make_task(f"calc/{split}/L{level.number}/{made:03d}", expression, tree,
+                                                functions, parent=None, difficulty=None,
+                                                metadata={"source": "calc_seed", "split": split}))
+                        made += 1
+            self._seeds = tasks
+        return self._seeds
+
+    def seeds(self, split: str) -> list[Task]:
+        """Seed tasks of 'train', 'validation', 'test' or 'all', split then level order."""
+        return split_of(self._all_seeds(), split)
+
+    # ------------------------------------------------------------------ agent side
+    def agent_prompt(self, task: Task) -> ChatPrompt:
+        return ChatPrompt(messages=[{"role": "user", "content": task.prompt["question"]}],
+                          tools=function_docs(task.prompt["functions"]))
+
+    def score_details(self, task: Task, response: str) -> ScoreResult:
+        """1.0 iff the response holds exactly one well-formed call equal to the expected call
+        (same name; arguments exactly {"a", "b"}, both JSON integers with the right values)."""
+        parsed = parse_tool_calls(response)
+        expected = task.verifier["call"]
+        details: dict[str, Any] = {"calls": [c.to_json() for c in parsed.calls], "expected": expected}
+        if parsed.errors:
+            details["error_type"] = f"parse_error:{parsed.errors[0].reason}"
+        elif not parsed.calls:
+            details["error_type"] = "no_call"
+        elif len(parsed.calls) > 1:
+            details["error_type"] = "multiple_calls"
+        elif parsed.calls[0].name != expected["name"]:
+            details["error_type"] = "wrong_function"
+        elif not _same_arguments(parsed.calls[0].arguments, expected["arguments"]):
+            details["error_type"] = "wrong_arguments"
+        else:
+            details["error_type"] = None
+        return ScoreResult(float(details["error_type"] is None), details)
+
+    def reference_response(self, task: Task) -> str:
+        return render_tool_call(task.verifier["call"])
+
+    # ------------------------------------------------------------------ simulator side
+    def simulator_prompt(self, seed: Task, recent_success: Sequence[float] = (), difficulty: str = "similar",
+                         alpha: float = 0.5) -> ChatPrompt:
+        if difficulty not in DIFFICULTY_DIRECTIONS:
+            raise ValueError(f"difficulty {difficulty!r} not in {DIFFICULTY_DIRECTIONS}")
+        level = seed.metadata.get("level", 1)
+        if recent_success:
+            rate = sum(recent_success) / len(recent_success)
+            success = f"The agent solves tasks like this {rate:.0%} of the time; the target is {alpha:.0%}."
+        else:
+            success = f"The agent's success rate is not measured yet; the target is {alpha:.0%}."
+        target = {"harder": min(level + 1, NUM_LEVELS), "easier": max(level - 1, 1), "similar": level}[difficulty]
+        user = "\n".join([
+            f"Seed task (level {level} of {NUM_LEVELS}):",
+            write_generation(seed.prompt["expression"], seed.prompt["functions"]),
+            success,
+            f"Write a {difficulty.upper()} task: level {target}. Level caps (operations, digits, distractors): "
+            + "; ".join(f"L{lv.number} {lv.max_ops},{lv.max_digits},{lv.max_distractors}" for lv in LEVELS) + ".",
+            "Use integers and + - * ( ). List the functions the expression needs (+ add, - sub, * mul) and "
+            f"any distractors from: {', '.join(FUNCTIONS)}.",
+            "Reply with exactly two lines: 'question: <expression>' and 'functions: <names>'.",
+        ])
+        return ChatPrompt(messages=[{"role": "user", "content": user}])
+
+    def parse_task(self, text: str, seed: Task, difficulty: str | None = None) -> Task | Rejection:
+        """Reads the two-line task; recomputes its answer and level. A stated answer is ignored."""
+        try:
+            g = read_generation(text)
+            if g["expression"] == seed.prompt.get("expression"):
+                raise TaskInvalid("copy_of_seed", "the expression repeats the seed's")
+            digest = hashlib.sha256(write_generation(g["expression"], g["functions"]).encode()).hexdigest()[:12]
+            meta: dict[str, Any] = {"source": "simulator", "seed_level": seed.metadata.get("level")}
+            if g["stated_answer"] is not None:
+                meta["stated_answer_ok"] = g["stated_value"] == evaluate(g["tree"])
+            return _make_task(f"{seed.task_id}~{digest}", g["expression"], g["tree"], g["functions"],
+                              parent=seed.task_id, difficulty=difficulty, metadata=meta)
+        except TaskInvalid as e:
+            return Rejection(domain=DOMAIN_NAME, reason=e.reason, detail=e.detail, seed_id=seed.task_id,
+                             raw_text=text)
+
+    def reference_generation(self, seed: Task, sibling: Task | None = None) -> str:
+        """A sibling of the seed's split and level, written in the simulator's format."""
+        def fits(t: Task) -> bool:
+            return t.category == seed.category and t.prompt["expression"] != seed.prompt["expression"]
+
+        if sibling is None or not fits(sibling):
+            sibling = next_sibling(self, seed, fits)
+        return write_generation(sibling.prompt["expression"], sibling.prompt["functions"])
+
+
+def _same_arguments(got: Any, want: dict[str, int]) -> bool:
+    return (isinstance(got, dict) and set(got) == set(want)
+            and all(type(got[k]) is int and got[k] == v for k, v in want.items()))
