@@ -24,16 +24,17 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from genenv_jax import storage
 from genenv_jax.checkpoint_digests import (LeafRecord, abstract_tree, json_digest, leaf_records, path_name,
                                           shape_and_dtype)
 from genenv_jax.pools import Pool
+from genenv_jax.storage import AnyPath
 
 PyTree = Any
 CHECKPOINT_SCHEMA_VERSION = 2
@@ -143,7 +144,7 @@ class Checkpointer:
         if max_to_keep is not None and (not isinstance(max_to_keep, int) or max_to_keep < 1):
             raise ValueError(f"keep must be >= 1 (checkpoints to keep), or None to keep all; got {max_to_keep!r}")
         _install_orbax_log_filter()
-        self.directory = os.path.abspath(os.fspath(directory))
+        self.directory = storage.absolute(directory)  # Orbax writes gs:// itself (TensorStore, epath)
         self.async_save = async_save
         self._pending_epoch: int | None = None
         options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, enable_async_checkpointing=async_save,
@@ -316,14 +317,15 @@ class Checkpointer:
 
     # -- housekeeping --------------------------------------------------------------------------
 
-    def set_aside(self, epoch: int) -> Path:
+    def set_aside(self, epoch: int) -> AnyPath:
         """Moves a broken checkpoint out of the directory (to <directory>-broken/) so the run can
-        write that epoch again; returns where it went. Only process 0 moves; all processes reload."""
+        write that epoch again; returns where it went. Only process 0 moves (on GCS: copies, then
+        deletes); all processes reload."""
         self._require_epoch(epoch)
-        dest = Path(f"{self.directory}-broken") / f"epoch_{epoch}.{time.strftime('%Y%m%d-%H%M%S')}"
+        dest = storage.as_path(f"{self.directory}-broken") / f"epoch_{epoch}.{time.strftime('%Y%m%d-%H%M%S')}"
         if jax.process_index() == 0:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(Path(self.directory) / str(epoch), dest)
+            storage.makedirs(dest.parent)
+            storage.move(storage.as_path(self.directory) / str(epoch), dest)
         if jax.process_count() > 1:
             from jax.experimental import multihost_utils
 

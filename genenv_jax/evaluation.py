@@ -25,7 +25,7 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
-from genenv_jax import tokenization
+from genenv_jax import storage, tokenization
 from genenv_jax.chat_text import ChatText
 from genenv_jax.domains.base import Domain, Task
 from genenv_jax.episodes import EpisodeCaps, LocalEnvironments, ProcessZeroEnvironments, run_episodes
@@ -261,7 +261,7 @@ def load_run_agent(run_dir: str | os.PathLike, epoch: int | None = None) -> tupl
     from genenv_jax.parallel import MeshConfig, abstract_like, make_mesh
     from genenv_jax.run_config import saved_policy_settings
 
-    ckpt = Checkpointer(Path(run_dir) / "checkpoints", async_save=False)
+    ckpt = Checkpointer(storage.as_path(run_dir) / "checkpoints", async_save=False)
     try:
         epoch = ckpt.latest_epoch() if epoch is None else epoch
         if epoch is None:
@@ -310,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.time()
     if args.run_dir:
         cfg, params, epoch = load_run_agent(args.run_dir, args.epoch)
-        source = {"run_dir": os.path.abspath(args.run_dir), "epoch": epoch}
+        source = {"run_dir": storage.absolute(args.run_dir), "epoch": epoch}
     elif args.model_dir:
         cfg, params = load_hf(args.model_dir, dtype=args.dtype)
         source = {"model_dir": os.path.abspath(args.model_dir)}

@@ -17,8 +17,8 @@ from ml_collections import config_flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file or packaged config name, e.g. "
                                           "configs/bfcl.py:tiny or bfcl:tiny.", lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, pools, metrics, plots); "
-                               "default runs/<domain>-<preset>.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, pools, metrics, plots): a local "
+                               "path or gs://BUCKET/PATH; default runs/<domain>-<preset>.")
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None,
                                    "Multi-process runs where JAX cannot detect the cluster: process 0's host:port "
                                    "(with --num_processes and --process_id). TPU pods and SLURM need none of these.")
@@ -94,6 +94,8 @@ def main(argv):
         die(one_line(e))
     except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
         die(f"{one_line(e)} (check the config's paths and --workdir)")
+    except ValueError as e:  # e.g. a --workdir URL that is neither a local path nor gs://
+        die(f"{one_line(e)} (check --workdir and the config's paths)")
     except OSError as e:
         die(f"{one_line(e)} (disk full or not writable? the last checkpoint is intact; rerun to resume)")
     if jax.process_index() != 0:  # process 0 reports for the run

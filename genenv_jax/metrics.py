@@ -2,22 +2,28 @@
 
 metrics.jsonl holds one validated row per line ({"epoch": int >= -1, name: scalar | str | None}).
 Reading never changes the file; `truncate_metrics` (resume) keeps a file with bad lines aside
-before rewriting its valid rows, so no row is ever dropped silently.
+before rewriting its valid rows, so no row is ever dropped silently. A gs:// workdir works too
+(`genenv_jax.storage`): each row rewrites the whole object (GCS objects cannot be appended), and
+TensorBoard events are written to a local temp directory and uploaded whole at each flush.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import logging
 import math
 import numbers
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from genenv_jax.atomic_files import fsync_dir
+from genenv_jax import storage
+from genenv_jax.storage import AnyPath
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -77,38 +83,55 @@ def validate_row(row: Any) -> dict:
 
 
 class MetricsWriter:
-    """Appends one JSON line per epoch to `metrics.jsonl` and mirrors scalars to TensorBoard."""
+    """Appends one JSON line per epoch to `metrics.jsonl` and mirrors scalars to TensorBoard
+    (<workdir>/tensorboard; for gs://, written locally and uploaded at each flush)."""
 
     def __init__(self, workdir: str | os.PathLike, enabled: bool = True):
-        self.workdir = Path(workdir)
+        self.workdir = storage.as_path(workdir)
         self.path = self.workdir / METRICS_FILE
         self.enabled = enabled
         self._tb = None
+        self._tb_staging: Path | None = None  # the local events directory of a gs:// workdir
         if enabled:
             from tensorboardX import SummaryWriter  # no TensorFlow needed
 
-            self._tb = SummaryWriter(str(self.workdir / "tensorboard"))
+            if storage.is_remote(self.workdir):  # tensorboardX's own gs:// writer re-uploads at exit
+                self._tb_staging = Path(tempfile.mkdtemp(prefix="genenv-tensorboard-"))
+            self._tb = SummaryWriter(os.fspath(self._tb_staging or self.workdir / "tensorboard"))
 
     def write(self, epoch: int, metrics: Mapping[str, Any]) -> None:
-        """Appends (and fsyncs) the row of `epoch`; BadMetricsRow, before writing, for a value that
-        is not a scalar, so the file only ever holds rows `read_metrics` accepts."""
+        """Appends (and fsyncs; on GCS rewrites) the row of `epoch`; BadMetricsRow, before writing, for
+        a value that is not a scalar, so the file only ever holds rows `read_metrics` accepts."""
         if "epoch" in metrics:
             raise BadMetricsRow("metrics may not contain the key 'epoch' (the row's own epoch)")
         row = validate_row({"epoch": epoch, **{k: _row_value(k, v) for k, v in metrics.items()}})
         if self.enabled:
-            with open(self.path, "a") as f:
-                f.write(json.dumps(row) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
+            storage.append_text(self.path, json.dumps(row) + "\n")
             for key, value in row.items():
                 x = _scalar(value)
                 if key != "epoch" and x is not None and not isinstance(value, bool):
                     self._tb.add_scalar(key, x, epoch)
-            self._tb.flush()
+            self._flush_tensorboard()
+
+    def _flush_tensorboard(self) -> None:
+        self._tb.flush()
+        if self._tb_staging is not None:
+            self._upload_tensorboard()
+
+    def _upload_tensorboard(self) -> None:
+        """Uploads each local events file of a gs:// workdir whole (one object write each)."""
+        for name in storage.listdir(self._tb_staging):
+            storage.upload(self._tb_staging / name, self.workdir / "tensorboard" / name)
 
     def close(self) -> None:
-        if self._tb is not None:
-            self._tb.close()
+        if self._tb is None:
+            return
+        self._tb.close()
+        if self._tb_staging is not None:
+            try:
+                self._upload_tensorboard()
+            finally:
+                shutil.rmtree(self._tb_staging, ignore_errors=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,9 +154,9 @@ def parse_metrics(path: str | os.PathLike) -> MetricsFile:
     """Reads a metrics.jsonl without changing it (a missing file has no rows)."""
     rows: dict[int, dict] = {}
     bad: list[tuple[int, str]] = []
-    if not os.path.exists(path):
+    if not storage.exists(path):
         return MetricsFile(rows, bad)
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with storage.open_text(path, errors="replace") as f:
         for number, line in enumerate(f, start=1):
             if not line.strip():
                 continue
@@ -158,15 +181,8 @@ def read_metrics(path: str | os.PathLike, upto_epoch: int | None = None) -> list
     return parsed.upto(upto_epoch)
 
 
-def _write_rows_atomic(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
-    tmp = path.with_name(f".tmp.{path.name}.{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+def _write_rows_atomic(path: AnyPath, rows: Sequence[Mapping[str, Any]]) -> None:
+    storage.write_atomic(path, "".join(json.dumps(row) + "\n" for row in rows))
 
 
 def truncate_metrics(path: str | os.PathLike, upto_epoch: int) -> None:
@@ -175,18 +191,18 @@ def truncate_metrics(path: str | os.PathLike, upto_epoch: int) -> None:
     A file with bad lines is first kept aside whole as metrics.jsonl.bad-<time> (one logged line
     says where); the valid rows are then rewritten atomically, so no row is lost silently.
     """
-    path = Path(path)
+    path = storage.as_path(path)
     parsed = parse_metrics(path)
     if parsed.bad_lines:
         aside = path.with_name(f"{path.name}.bad-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
-        os.replace(path, aside)
+        storage.move(path, aside)
         logging.warning("%s had %s; kept the original aside as %s and rewrote its %d valid rows",
                         path, parsed.describe_bad_lines(), aside, len(parsed.rows))
     if parsed.bad_lines or path.exists():
         _write_rows_atomic(path, parsed.upto(upto_epoch))
 
 
-def plot_curves(rows: Sequence[Mapping[str, Any]], out_png: str | os.PathLike, title: str = "") -> Path | None:
+def plot_curves(rows: Sequence[Mapping[str, Any]], out_png: str | os.PathLike, title: str = "") -> AnyPath | None:
     """One small panel per curve in `PLOTTED` that has data; returns the PNG path (None if no data)."""
     import matplotlib
 
@@ -215,8 +231,13 @@ def plot_curves(rows: Sequence[Mapping[str, Any]], out_png: str | os.PathLike, t
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    out_png = Path(out_png)
-    fig.savefig(out_png, dpi=100)
+    out_png = storage.as_path(out_png)
+    if storage.is_remote(out_png):  # matplotlib writes local files: render in memory, upload once
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=100)
+        storage.write_atomic(out_png, buffer.getvalue())
+    else:
+        fig.savefig(out_png, dpi=100)
     plt.close(fig)
     return out_png
 

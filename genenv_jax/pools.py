@@ -2,6 +2,8 @@
 
 One shard per epoch per pool, committed atomically: the shard is written under a temporary name,
 fsynced and renamed, then `manifest.json` (the list of committed shards) is replaced the same way.
+On a gs:// root each is one object upload instead (atomic on GCS); shards are staged and read
+through a local cache, since ArrayRecord and Grain read local files (`genenv_jax.storage`).
 Only shards listed in the manifest exist for readers. Opening a pool deletes nothing: leftovers
 of a crash (and epochs past the checkpoint) are deleted only by `roll_back_to(manifest)`, which
 `checkpointing.resume` calls with the checkpoint's manifest, so a shard a checkpoint lists is
@@ -28,7 +30,9 @@ import grain
 import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader, ArrayRecordWriter
 
+from genenv_jax import storage
 from genenv_jax.atomic_files import fsync_dir, fsync_file
+from genenv_jax.storage import AnyPath, write_json_atomic
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -42,18 +46,6 @@ Epochs = Union[int, Iterable[int], None]
 
 def shard_name(epoch: int) -> str:
     return f"epoch_{epoch:05d}.array_record"
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Replaces `path` by the JSON of `obj` so that readers see the old or the new file, never half."""
-    path = Path(path)
-    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 def _manifest_json(pool: str, shards: Sequence["Shard"]) -> dict:
@@ -138,7 +130,8 @@ class Pool:
 
     Write from one process only (on multi-host runs, process 0); other processes may open it with
     writable=False and `reload()` to see new commits. The directory must be on a POSIX filesystem
-    with atomic rename (local disk, NFS, a persistent disk; not an object-store FUSE mount).
+    with atomic rename (local disk, NFS, a persistent disk; not an object-store FUSE mount), or a
+    gs:// URL (objects written by single uploads; shards read through a local cache).
 
     Opening a pool never deletes anything. If its committed state cannot be trusted (manifest
     missing while shards exist, unreadable manifest, a committed shard missing or resized),
@@ -150,10 +143,10 @@ class Pool:
         if not name or "/" in name or name.startswith("."):
             raise ValueError(f"pool name must be a plain directory name, got {name!r}")
         self.name = name
-        self.dir = Path(root) / name
+        self.dir = storage.as_path(root) / name
         self.writable = writable
         if writable:
-            self.dir.mkdir(parents=True, exist_ok=True)
+            storage.makedirs(self.dir)
         self._shards: list[Shard] = []
         self.problem: str | None = None
         self.reload()
@@ -161,7 +154,7 @@ class Pool:
     # -- manifest ------------------------------------------------------------------------------
 
     @property
-    def manifest_path(self) -> Path:
+    def manifest_path(self) -> AnyPath:
         return self.dir / MANIFEST_NAME
 
     def reload(self) -> None:
@@ -208,15 +201,15 @@ class Pool:
         """Why the files of `shards` are not the committed ones (missing or another size), or None."""
         for shard in shards:
             file = self.dir / shard.file
-            if not file.exists():
+            size = storage.file_size(file)
+            if size is None:
                 return f"shard {file} listed by {listed_by} is missing"
-            if file.stat().st_size != shard.num_bytes:
-                return (f"shard {file} has {file.stat().st_size} bytes, {listed_by} says {shard.num_bytes} "
-                        f"(corrupted or replaced)")
+            if size != shard.num_bytes:
+                return f"shard {file} has {size} bytes, {listed_by} says {shard.num_bytes} (corrupted or replaced)"
         return None
 
-    def _shard_files(self) -> list[Path]:
-        return sorted(p for p in self.dir.iterdir() if _SHARD_RE.match(p.name)) if self.dir.is_dir() else []
+    def _shard_files(self) -> list[str]:
+        return [name for name in storage.listdir(self.dir) if _SHARD_RE.match(name)]
 
     def _committed(self) -> list[Shard]:
         """The committed shards; PoolError while `problem` is set."""
@@ -288,23 +281,27 @@ class Pool:
     def _remove_files_not_in(self, shards: Sequence[Shard]) -> list[int]:
         listed = {s.file for s in shards}
         dropped = []
-        for entry in sorted(self.dir.iterdir()):
-            if entry.name == MANIFEST_NAME or entry.name in listed:
+        for name in storage.listdir(self.dir):
+            if name == MANIFEST_NAME or name in listed:
                 continue
-            match = _SHARD_RE.match(entry.name)
-            if match or entry.name.startswith(_TMP_PREFIX):
-                logging.debug("pool %s: removing uncommitted file %s", self.name, entry)
-                entry.unlink()
+            match = _SHARD_RE.match(name)
+            if match or name.startswith(_TMP_PREFIX):
+                logging.debug("pool %s: removing uncommitted file %s", self.name, self.dir / name)
+                storage.unlink(self.dir / name)
                 if match:
                     dropped.append(int(match.group(1)))
             else:
-                logging.warning("pool %s: leaving unknown file %s alone", self.name, entry)
-        fsync_dir(self.dir)
+                logging.warning("pool %s: leaving unknown file %s alone", self.name, self.dir / name)
+        self._sync_dir()
         return dropped
+
+    def _sync_dir(self) -> None:
+        if not storage.is_remote(self.dir):
+            fsync_dir(self.dir)
 
     # -- writing -------------------------------------------------------------------------------
 
-    def append_epoch(self, epoch: int, records: Iterable[Any]) -> Path:
+    def append_epoch(self, epoch: int, records: Iterable[Any]) -> AnyPath:
         """Commits `records` (mappings or dataclasses) as the shard of `epoch`; returns its path.
 
         `epoch` must be greater than every committed epoch. An empty list commits an empty shard
@@ -321,21 +318,31 @@ class Pool:
         encoded = [encode_record(r, epoch) for r in records]  # fail before touching the disk
 
         final = self.dir / shard_name(epoch)
-        tmp = self.dir / f"{_TMP_PREFIX}{final.name}.{os.getpid()}"
-        writer = ArrayRecordWriter(str(tmp), WRITER_OPTIONS)
+        if storage.is_remote(final):
+            with storage.staged_upload(final) as tmp:  # one object upload: atomic on GCS
+                num_bytes = self._write_shard(tmp, encoded)
+        else:
+            tmp = self.dir / f"{_TMP_PREFIX}{final.name}.{os.getpid()}"
+            self._write_shard(tmp, encoded)
+            fsync_file(tmp)
+            os.replace(tmp, final)
+            fsync_dir(self.dir)
+            num_bytes = final.stat().st_size
+        shard = Shard(epoch=epoch, file=final.name, num_records=len(encoded), num_bytes=num_bytes)
+        self._commit(committed + [shard])
+        return final
+
+    def _write_shard(self, path: Path, encoded: Sequence[bytes]) -> int:
+        """Writes the ArrayRecord file `path` (local); returns its size in bytes."""
+        writer = ArrayRecordWriter(str(path), WRITER_OPTIONS)
         try:
             for data in encoded:
                 writer.write(data)
             if not writer.ok():
-                raise OSError(f"pool {self.name!r}: ArrayRecord writer failed on {tmp}")
+                raise OSError(f"pool {self.name!r}: ArrayRecord writer failed on {path}")
         finally:
             writer.close()
-        fsync_file(tmp)
-        os.replace(tmp, final)
-        fsync_dir(self.dir)
-        shard = Shard(epoch=epoch, file=final.name, num_records=len(encoded), num_bytes=final.stat().st_size)
-        self._commit(committed + [shard])
-        return final
+        return path.stat().st_size
 
     def truncate_to(self, epoch: int) -> list[int]:
         """Drops the committed shards of epochs > `epoch` (epoch=-1 empties the pool); returns them."""
@@ -346,8 +353,8 @@ class Pool:
         if dropped:
             self._commit(keep)  # commit first: a crash now leaves only orphans, removed on resume
             for shard in dropped:
-                (self.dir / shard.file).unlink(missing_ok=True)
-            fsync_dir(self.dir)
+                storage.unlink(self.dir / shard.file, missing_ok=True)
+            self._sync_dir()
         return [s.epoch for s in dropped]
 
     # -- reading -------------------------------------------------------------------------------
@@ -359,7 +366,7 @@ class Pool:
         wanted = {int(epochs)} if isinstance(epochs, (int, np.integer)) else {int(e) for e in epochs}
         return [s for s in committed if s.epoch in wanted]
 
-    def shard_paths(self, epochs: Epochs = None) -> list[Path]:
+    def shard_paths(self, epochs: Epochs = None) -> list[AnyPath]:
         """Paths of the committed shards of `epochs` (None: all). Epochs not committed are skipped."""
         return [self.dir / s.file for s in self._select(epochs)]
 
@@ -370,7 +377,7 @@ class Pool:
         """All committed records of `epochs` (None: all), in epoch then write order."""
         out = []
         for shard in self._select(epochs):
-            reader = ArrayRecordReader(str(self.dir / shard.file))
+            reader = ArrayRecordReader(storage.local_copy(self.dir / shard.file))
             try:
                 out.extend(decode_record(b) for b in reader.read_all())
             finally:
@@ -378,9 +385,10 @@ class Pool:
         return out
 
     def data_source(self, epochs: Epochs = None) -> JsonRecordSource:
-        """A Grain random-access source of the committed records of `epochs` (None: all)."""
+        """A Grain random-access source of the committed records of `epochs` (None: all); gs:// shards
+        are read from the local cache."""
         shards = self._select(epochs)
-        return JsonRecordSource([self.dir / s.file for s in shards if s.num_records])
+        return JsonRecordSource([storage.local_copy(self.dir / s.file) for s in shards if s.num_records])
 
     def __repr__(self) -> str:
         if self.problem is not None:

@@ -1,6 +1,8 @@
 """Multi-host correctness on one machine: the loop and the evaluator as 2 and 4 JAX processes
 (`jax.distributed` over 127.0.0.1, 4 / 2 virtual CPU devices each) give the results of one
-process with 8 devices, including after every process is killed mid-run and the run resumed."""
+process with 8 devices, including after every process is killed mid-run and the run resumed.
+(The session's persistent compilation cache, set in conftest.py, spares the resumed run and the
+processes of one run most recompiles.)"""
 
 import json
 import math
@@ -18,25 +20,7 @@ TIMING = ("time/", "tokens_per_s", "env_steps_per_s")
 
 
 @pytest.fixture(scope="module")
-def compile_cache(tmp_path_factory):
-    """One persistent compilation cache for the module's runs (a resumed run reuses its programs)."""
-    import os
-
-    path = tmp_path_factory.mktemp("jax_cache")
-    saved = {k: os.environ.get(k) for k in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
-                                            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES")}
-    os.environ.update(JAX_COMPILATION_CACHE_DIR=str(path), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-                      JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
-    yield path
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory, compile_cache) -> Path:
+def reference(tmp_path_factory) -> Path:
     """The toy run as one process with 8 devices."""
     workdir = tmp_path_factory.mktemp("one_process") / "run"
     multiprocess.run([*RUN, f"--workdir={workdir}"], 1, 8, workdir.parent / "logs")
@@ -68,27 +52,28 @@ def _assert_same_results(got: Path, want: Path) -> None:
     assert (got / "curves.png").exists() and (got / "summary.md").exists()
 
 
-def test_two_processes_equal_one(reference, tmp_path):
-    workdir = tmp_path / "run"
-    multiprocess.run([*RUN, f"--workdir={workdir}"], 2, 4, tmp_path / "logs")
-    _assert_same_results(workdir, reference)
-    assert "epoch 1:" in (tmp_path / "logs" / "process_0.log").read_text()
-    assert "epoch 1:" not in (tmp_path / "logs" / "process_1.log").read_text()  # process 0 reports
-
-
-def test_four_processes_killed_after_a_checkpoint_resume_to_the_same_result(reference, tmp_path):
-    """All four processes are SIGKILLed once epoch 0's checkpoint is on disk (mid-epoch 1), then
-    the same command resumes; environments live in a worker process of process 0. The mesh is
-    data-parallel here (params replicated): FSDP over 4 processes on 2 cores would gather weights
-    over loopback TCP at every decode step (the two-process test covers FSDP across hosts)."""
+def test_two_processes_killed_after_a_checkpoint_resume_to_the_same_result(reference, tmp_path):
+    """2 processes x 4 devices, FSDP across both: every process is SIGKILLed once epoch 0's
+    checkpoint is on disk (mid-epoch 1), then the same command resumes, to 1 x 8's result."""
     workdir, logs = tmp_path / "run", tmp_path / "logs"
-    args = [*RUN, f"--workdir={workdir}", "--config.episodes.env_workers=1", "--config.mesh.data=-1",
-            "--config.mesh.fsdp=1"]
-    procs = multiprocess.start(args, 4, 2, logs)
+    args = [*RUN, f"--workdir={workdir}"]
+    procs = multiprocess.start(args, 2, 4, logs)
     codes = multiprocess.wait(procs, logs, timeout=900, kill_when=lambda: (workdir / "checkpoints" / "0").is_dir())
     assert all(code != 0 for code in codes), f"the run ended before the kill: {codes}"
     assert not (workdir / "checkpoints" / "1").exists()
-    multiprocess.run(args, 4, 2, tmp_path / "logs_resumed")
+    multiprocess.run(args, 2, 4, tmp_path / "logs_resumed")
+    _assert_same_results(workdir, reference)
+    assert "epoch 1:" in (tmp_path / "logs_resumed" / "process_0.log").read_text()
+    assert "epoch 1:" not in (tmp_path / "logs_resumed" / "process_1.log").read_text()  # process 0 reports
+
+
+def test_four_processes_equal_one(reference, tmp_path):
+    """4 processes x 2 devices, environments in a worker process of process 0. The mesh is
+    data-parallel here (params replicated): FSDP over 4 processes on 2 cores would gather weights
+    over loopback TCP at every decode step (the two-process test covers FSDP across hosts)."""
+    workdir = tmp_path / "run"
+    multiprocess.run([*RUN, f"--workdir={workdir}", "--config.episodes.env_workers=1", "--config.mesh.data=-1",
+                      "--config.mesh.fsdp=1"], 4, 2, tmp_path / "logs")
     _assert_same_results(workdir, reference)
 
 

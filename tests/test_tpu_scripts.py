@@ -159,8 +159,15 @@ def test_launch_runs_main_on_all_workers_with_each_value_one_argument(fake_bin):
     assert [".", "tpu/worker_env.sh"] in steps
 
 
+def test_launch_passes_a_gs_workdir_through(fake_bin):
+    [ssh] = dry_run("launch", *COMMON, "--workdir", "gs://bucket/runs/bfcl-7b", fake_bin=fake_bin)
+    [start] = [step for step in steps_of(remote_script(ssh)) if step[0] == "nohup"]
+    assert "--workdir=gs://bucket/runs/bfcl-7b" in start
+
+
 @pytest.mark.parametrize("args, message", [
-    (["--workdir", "gs://bucket/run"], "shared NFS mount"),
+    (["--workdir", "gs://"], "expected gs://BUCKET/PATH"),
+    (["--workdir", "gs:///run"], "expected gs://BUCKET/PATH"),
     (["--workdir", "w", "--model_gcs", "/local/model"], "expected gs://"),
     (["--workdir", "w", "--env", "1X=2"], "expected NAME=VALUE"),
     (["--workdir", "w", "--", "epochs=3"], "expected flags for genenv_jax.main"),

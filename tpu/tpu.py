@@ -115,10 +115,8 @@ def install_commands(a: argparse.Namespace) -> list[list[str]]:
 
 
 def launch_commands(a: argparse.Namespace, overrides: list[str]) -> list[list[str]]:
-    if a.workdir.startswith("gs://"):
-        fail(f"--workdir {a.workdir!r}: the run writes its workdir with POSIX file operations (atomic "
-             "renames, a lock file), so it must be a path on the workers; for a multi-host slice or a spot "
-             "VM use a shared NFS mount (install --nfs, docs/tpu.md)")
+    if a.workdir.startswith("gs://") and not re.fullmatch(r"gs://[^/]+(/.*)?", a.workdir):
+        fail(f"--workdir {a.workdir!r}: expected gs://BUCKET/PATH or a path on the workers")
     main = [".venv/bin/python", "-u", "-m", "genenv_jax.main", f"--config={a.config}", f"--workdir={a.workdir}"]
     commands = []
     if a.model_gcs:  # copied on every worker first, so that all workers then start together
@@ -198,8 +196,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p = sub.add_parser("launch", parents=[common, remote], help="start GenEnv on every worker (in the background)",
                        epilog="Arguments after -- go to genenv_jax.main, e.g. -- --config.epochs=10")
     p.add_argument("--config", default="configs/bfcl.py", help="--config of genenv_jax.main")
-    p.add_argument("--workdir", required=True, help="run directory on the workers (relative: to --remote_dir); "
-                   "the same shared path on every worker of a multi-host slice")
+    p.add_argument("--workdir", required=True, help="run directory: gs://BUCKET/PATH, or a path on the workers "
+                   "(relative: to --remote_dir), the same shared path on every worker of a multi-host slice")
     p.add_argument("--model_gcs", help="gs:// HF checkpoint, copied to --model_local on every worker and passed "
                    "as --config.agent.model_dir")
     p.add_argument("--model_local", help="local copy of --model_gcs (default /tmp/genenv_models/<basename>)")

@@ -18,11 +18,10 @@ import json
 import logging
 import os
 import time
-from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from genenv_jax import curriculum
+from genenv_jax import curriculum, storage
 from genenv_jax.checkpointing import Checkpointer
 from genenv_jax.domains import DOMAINS, get_domain
 from genenv_jax.episodes import open_environments
@@ -48,8 +47,8 @@ class CoEvolution:
 
     def __init__(self, config: RunConfig, workdir: str | os.PathLike):
         self.config = config
-        self.workdir = Path(workdir)
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.workdir = storage.as_path(workdir)  # a local path or gs://BUCKET/PATH
+        storage.makedirs(self.workdir)
         self.mesh = make_mesh(config.mesh)
         text = ChatText.load(config.tokenizer_dir or config.agent.model_dir or None)
         domain = get_domain(config.domain.name, **config.domain.options)

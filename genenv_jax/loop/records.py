@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from genenv_jax import storage
 from genenv_jax.curriculum import TaskScore
 from genenv_jax.rl import rwr_weight
 from genenv_jax.loop.rollouts import RolloutGroup
@@ -32,9 +32,10 @@ def d_env_records(gens: Sequence[Generation], scores: Mapping[str, TaskScore], r
             for g in gens if g.task and (s := scores.get(g.task.task_id)) is not None]
 
 
-def write_samples(directory: Path, epoch: int, gens: Sequence[Generation], groups: Sequence[RolloutGroup],
-                  count: int) -> None:
-    """The first `count` generations of the epoch (task or rejection, agent rewards), atomically."""
+def write_samples(directory: str | os.PathLike, epoch: int, gens: Sequence[Generation],
+                  groups: Sequence[RolloutGroup], count: int) -> None:
+    """The first `count` generations of the epoch (task or rejection, agent rewards), atomically
+    (local or gs://)."""
     rewards_of = {g.task.task_id: g.rewards for g in groups}
     rows = []
     for g in gens[:count]:
@@ -44,11 +45,9 @@ def write_samples(directory: Path, epoch: int, gens: Sequence[Generation], group
         else:
             row.update(rejection=g.result.reason, detail=g.result.detail)
         rows.append(row)
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"epoch_{epoch:04d}.jsonl"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in rows))
-    os.replace(tmp, path)
+    storage.makedirs(directory)
+    path = storage.as_path(directory) / f"epoch_{epoch:04d}.jsonl"
+    storage.write_atomic(path, "".join(json.dumps(r, default=str) + "\n" for r in rows), fsync=False)
 
 
 def _mean(values: Iterable[float]) -> float | None:

@@ -1,6 +1,7 @@
 """The loop's pools on one or many processes: process 0 writes them, every other process opens
 them read-only and reloads after process 0 has committed, so all read the same records back.
-(On a pod the workdir must be storage every host sees: a shared filesystem, like the checkpoints.)"""
+(On a pod the workdir must be storage every host sees, like the checkpoints: a shared filesystem or
+gs://, where each process reads the shards through its own local cache, `genenv_jax.storage`.)"""
 
 from __future__ import annotations
 
