@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 import json
 import logging
 import os
-import sys
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -33,13 +31,13 @@ import orbax.checkpoint as ocp
 from genenv_jax import storage
 from genenv_jax.checkpoint_digests import (LeafRecord, abstract_tree, json_digest, leaf_records, path_name,
                                           shape_and_dtype)
+from genenv_jax.checkpoint_errors import install_orbax_log_filter, one_line_cause, quiet_orbax_leftovers
 from genenv_jax.pools import Pool
 from genenv_jax.storage import AnyPath
 
 PyTree = Any
 CHECKPOINT_SCHEMA_VERSION = 2
 META_ITEM = "meta"  # the JSON item; array items may not use this name
-_MAX_CAUSE_CHARS = 300
 
 
 class CheckpointError(RuntimeError):
@@ -61,72 +59,6 @@ class Restored:
 
 
 # ----------------------------------------------------------------------------------------------
-# Error text: one line, the innermost cause.
-
-
-def _innermost(error: BaseException) -> BaseException:
-    """The deepest exception in `error`'s cause chain (Orbax wraps TensorStore's real reason)."""
-    seen = {id(error)}
-    while True:
-        nxt = error.__cause__ or error.__context__
-        if nxt is None or id(nxt) in seen:
-            return error
-        seen.add(id(nxt))
-        error = nxt
-
-
-def one_line_cause(error: BaseException) -> str:
-    """A short single-line description of why `error` happened (type and first line of the cause)."""
-    cause = _innermost(error)
-    text = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
-    for noise in (" [tensorstore_spec=", " See full TensorStore details"):
-        text = text.split(noise)[0]
-    text = f"{type(cause).__name__}: {text}" if text else type(cause).__name__
-    return text if len(text) <= _MAX_CAUSE_CHARS else text[:_MAX_CAUSE_CHARS - 3] + "..."
-
-
-class _DropOrbaxTracebacks(logging.Filter):
-    """Drops Orbax's own ERROR records that carry a traceback (hundreds of lines per failure);
-    the same failure reaches the caller as one CheckpointError line."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        from_orbax = f"{os.sep}orbax{os.sep}" in (record.pathname or "")
-        return not (from_orbax and record.levelno >= logging.ERROR and record.exc_info)
-
-
-_ORBAX_FILTER = _DropOrbaxTracebacks()
-
-
-def _install_orbax_log_filter() -> None:
-    """Orbax logs through absl, i.e. the Python logger 'absl'; filter it once."""
-    for name in ("absl", "orbax"):
-        logger = logging.getLogger(name)
-        if _ORBAX_FILTER not in logger.filters:
-            logger.addFilter(_ORBAX_FILTER)
-
-
-@contextlib.contextmanager
-def _quiet_orbax_leftovers() -> Iterator[None]:
-    """Swallows the 'Exception ignored in: <coroutine ...>' reports that a failed Orbax read leaves
-    behind (one per pending array read); collected here so they fire while the hook is set."""
-    previous = sys.unraisablehook
-
-    def hook(unraisable):
-        code = getattr(unraisable.object, "cr_code", None)
-        if code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename:
-            logging.debug("checkpoint: ignored leftover Orbax coroutine error: %s", unraisable.exc_value)
-            return
-        previous(unraisable)
-
-    sys.unraisablehook = hook
-    try:
-        yield
-    finally:
-        gc.collect()
-        sys.unraisablehook = previous
-
-
-# ----------------------------------------------------------------------------------------------
 # The checkpointer.
 
 
@@ -143,7 +75,7 @@ class Checkpointer:
     def __init__(self, directory: str | os.PathLike, *, max_to_keep: int | None = 3, async_save: bool = True):
         if max_to_keep is not None and (not isinstance(max_to_keep, int) or max_to_keep < 1):
             raise ValueError(f"keep must be >= 1 (checkpoints to keep), or None to keep all; got {max_to_keep!r}")
-        _install_orbax_log_filter()
+        install_orbax_log_filter()
         self.directory = storage.absolute(directory)  # Orbax writes gs:// itself (TensorStore, epath)
         self.async_save = async_save
         self._pending_epoch: int | None = None
@@ -277,7 +209,7 @@ class Checkpointer:
     def _orbax_errors(self, epoch: int) -> Iterator[None]:
         """Turns anything Orbax raises while reading `epoch` into one CheckpointError line."""
         error = None
-        with _quiet_orbax_leftovers():
+        with quiet_orbax_leftovers():
             try:
                 yield
             except CheckpointError:

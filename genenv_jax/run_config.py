@@ -10,12 +10,17 @@ from `curriculum`.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
-import types
-import typing
 from typing import Any, Mapping
 
+from genenv_jax.config_checks import ConfigError
+from genenv_jax.config_checks import check_fraction as _fraction
+from genenv_jax.config_checks import check_in as _choice
+from genenv_jax.config_checks import check_positive as _positive
+from genenv_jax.config_checks import check_type as _check_type
+from genenv_jax.config_checks import failure as _fail
+from genenv_jax.config_checks import section as _section
+from genenv_jax.config_checks import to_dict as _to_dict
 from genenv_jax.curriculum import CurriculumConfig
 from genenv_jax.models import ModelConfig, preset
 from genenv_jax.models.config import ATTENTION_KERNELS, REMAT_POLICIES
@@ -28,10 +33,6 @@ SEED_STRATEGIES = ("variance", "uniform")
 SIMULATOR_TARGETS = ("next", "shortest")
 # A preset at least this large is never randomly initialised unless asked for (`allow_random_init`).
 RANDOM_INIT_LIMIT = 100_000_000
-
-
-class ConfigError(ValueError):
-    """A config value is invalid; the message is one line naming the key."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -178,82 +179,6 @@ class RunConfig:
 # ----------------------------------------------------------------------------------------------
 # Reading a section into a dataclass, with the key path in every error
 # ----------------------------------------------------------------------------------------------
-def _to_dict(config: Any) -> dict[str, Any]:
-    if hasattr(config, "to_dict"):
-        return config.to_dict()
-    return {k: _to_dict(v) if isinstance(v, Mapping) else v for k, v in dict(config).items()}
-
-
-def _fail(path: str, value: Any, problem: str) -> ConfigError:
-    return ConfigError(f"config.{path}={value!r}: {problem}")
-
-
-def _check_type(path: str, value: Any, annotation: Any) -> Any:
-    """Checks (and mildly coerces: int -> float) one value against a field annotation."""
-    if typing.get_origin(annotation) is typing.Literal:
-        annotation = str
-    options = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) \
-        else (annotation,)
-    if value is None:
-        if type(None) in options:
-            return None
-        raise _fail(path, value, "must be set")
-    for option in options:
-        if option is bool and isinstance(value, bool):
-            return value
-        if option is int and isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if option is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-            if not math.isfinite(value):
-                raise _fail(path, value, "must be a finite number")
-            return float(value)
-        if option is str and isinstance(value, str):
-            return value
-    names = "/".join(getattr(o, "__name__", str(o)) for o in options if o is not type(None))
-    raise _fail(path, value, f"must be {names}")
-
-
-def _section(cls: type, tree: Mapping[str, Any], path: str, *, skip: tuple[str, ...] = (),
-             extra: Mapping[str, Any] | None = None) -> Any:
-    """`cls(**tree)` with unknown keys, wrong types and the class's own checks reported by key path."""
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
-    if not isinstance(tree, Mapping):
-        raise _fail(path, tree, "must be a section (a dict of keys)")
-    settable = set(fields) - set(skip)
-    unknown = sorted(set(tree) - settable)
-    if unknown:
-        raise ConfigError(f"config.{path}: unknown key {unknown[0]!r} (known: {', '.join(sorted(settable))})")
-    kwargs = dict(extra or {})
-    for name, field in fields.items():
-        if name in kwargs or name in skip:
-            continue
-        if name not in tree:
-            if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-                raise ConfigError(f"config.{path}.{name}: missing")
-            continue
-        kwargs[name] = _check_type(f"{path}.{name}", tree[name], hints[name])
-    try:
-        return cls(**kwargs)
-    except (ValueError, TypeError) as e:
-        raise ConfigError(f"config.{path}: {e}") from None
-
-
-def _positive(path: str, value: int, minimum: int = 1) -> None:
-    if value < minimum:
-        raise _fail(path, value, f"must be >= {minimum}")
-
-
-def _choice(path: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise _fail(path, value, f"expected one of {', '.join(choices)}")
-
-
-def _fraction(path: str, value: float) -> None:
-    if not 0.0 <= value <= 1.0:
-        raise _fail(path, value, "must lie in [0, 1]")
-
-
 # ----------------------------------------------------------------------------------------------
 # The whole tree
 # ----------------------------------------------------------------------------------------------
