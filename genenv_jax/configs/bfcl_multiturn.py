@@ -46,7 +46,8 @@ def tiny(c: ConfigDict) -> None:
     2 CPU cores. The budget therefore buys the machinery end to end (multi-turn episodes through
     the official backends, GRPO on trajectories, pools), not learning: after 24 steps the simulator
     does not yet write parseable tasks, so the agent trains on the replayed seeds (raise
-    `warmstart.simulator_steps` to ~120 for parseable generations, about 4 minutes more).
+    `warmstart.simulator_steps`: the single-turn BFCL demo needs 120 steps for a 10M model to
+    write parseable tasks; how many these longer multi-turn tasks need is not measured).
     """
     base.tiny_models(c)
     c.epochs = 2
