@@ -28,9 +28,9 @@ from tqdm import tqdm
 from genenv_jax import storage, tokenization
 from genenv_jax.chat_text import ChatText
 from genenv_jax.domains.base import Domain, Task
-from genenv_jax.episodes import EpisodeCaps, LocalEnvironments, ProcessZeroEnvironments, run_episodes
+from genenv_jax.episodes import EpisodeCaps, open_environments, run_episodes
 from genenv_jax.models import ModelConfig
-from genenv_jax.parallel import initialize_distributed, is_multiprocess, is_writer
+from genenv_jax.parallel import initialize_distributed, is_writer
 from genenv_jax.sampling import FINISH_LENGTH, FINISH_STOP, SampleOutput, generate
 
 # (prompts, max_new_tokens) -> generated ids per prompt, ending before the first stop token.
@@ -177,8 +177,7 @@ def evaluate(domain: Domain, tasks: Sequence[Task], generate_fn: GenerateFn, tok
     limit = max_prompt_tokens if max_prompt_tokens is not None else 1 << 30
     caps = EpisodeCaps(max_turns=max_turns, max_total_tokens=limit + max_new_tokens, max_new_tokens=max_new_tokens,
                        max_prompt_len=limit)
-    envs = LocalEnvironments(domain) if not is_multiprocess() else ProcessZeroEnvironments(
-        LocalEnvironments(domain) if is_writer() else None)  # process 0 scores, the others receive
+    envs = open_environments(domain)  # multi-host: process 0 scores, the others receive
     counters: collections.Counter = collections.Counter()
     try:
         with tqdm(total=len(tasks), desc=f"eval {domain.name}", unit="task",

@@ -55,7 +55,7 @@ def start(module_args: Sequence[str], processes: int, devices_per_process: int, 
     return procs
 
 
-def wait(procs: list[subprocess.Popen], log_dir: Path, timeout: float,
+def wait(procs: list[subprocess.Popen], timeout: float,
          kill_when: Callable[[], bool] | None = None) -> list[int]:
     """Exit codes of `procs`; with `kill_when`, SIGKILLs every process as soon as it returns True
     (a host failure). A process that fails takes the others down; the logs are shown on failure."""
@@ -82,5 +82,5 @@ def logs(log_dir: Path) -> str:
 def run(module_args: Sequence[str], processes: int, devices_per_process: int, log_dir: Path,
         timeout: float = 900) -> None:
     """Runs to completion; AssertionError with every process's log tail if any process fails."""
-    codes = wait(start(module_args, processes, devices_per_process, log_dir), log_dir, timeout)
+    codes = wait(start(module_args, processes, devices_per_process, log_dir), timeout)
     assert codes == [0] * processes, f"exit codes {codes}\n{logs(log_dir)}"

@@ -58,7 +58,7 @@ def test_two_processes_killed_after_a_checkpoint_resume_to_the_same_result(refer
     workdir, logs = tmp_path / "run", tmp_path / "logs"
     args = [*RUN, f"--workdir={workdir}"]
     procs = multiprocess.start(args, 2, 4, logs)
-    codes = multiprocess.wait(procs, logs, timeout=900, kill_when=lambda: (workdir / "checkpoints" / "0").is_dir())
+    codes = multiprocess.wait(procs, timeout=900, kill_when=lambda: (workdir / "checkpoints" / "0").is_dir())
     assert all(code != 0 for code in codes), f"the run ended before the kill: {codes}"
     assert not (workdir / "checkpoints" / "1").exists()
     multiprocess.run(args, 2, 4, tmp_path / "logs_resumed")

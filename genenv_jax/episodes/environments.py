@@ -182,10 +182,11 @@ class ProcessZeroEnvironments:
             self.inner.close()
 
 
-def open_environments(domain: Domain, domain_ref: str, options: Mapping[str, Any], num_workers: int):
-    """The loop's environments: in this process (`num_workers` 0) or in worker processes; on a
-    multi-host run held by process 0 only and broadcast to the others."""
+def open_environments(domain: Domain, domain_ref: str = "", options: Mapping[str, Any] | None = None,
+                      num_workers: int = 0):
+    """The loop's and the evaluator's environments: in this process (`num_workers` 0) or in worker
+    processes of `domain_ref`; on a multi-host run held by process 0 only and broadcast to the others."""
     inner = None
     if is_writer():
-        inner = LocalEnvironments(domain) if num_workers == 0 else WorkerEnvironments(domain_ref, options, num_workers)
+        inner = LocalEnvironments(domain) if num_workers == 0 else WorkerEnvironments(domain_ref, options or {}, num_workers)
     return ProcessZeroEnvironments(inner) if is_multiprocess() else inner
