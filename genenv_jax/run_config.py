@@ -22,6 +22,7 @@ from genenv_jax.config_checks import failure as _fail
 from genenv_jax.config_checks import section as _section
 from genenv_jax.config_checks import to_dict as _to_dict
 from genenv_jax.curriculum import CurriculumConfig
+from genenv_jax.domains.base import SPLITS
 from genenv_jax.models import ModelConfig, preset
 from genenv_jax.models.config import ATTENTION_KERNELS, REMAT_POLICIES
 from genenv_jax.parallel import MeshConfig
@@ -114,6 +115,15 @@ class WarmstartSettings:
     learning_rate: float
     num_seeds: int
     simulator_target: str
+    cache_dir: str = ""  # "" -> off; else warm-started weights are kept there, keyed by what produced them
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationSettings:
+    """Held-out accuracy of the agent after every epoch (greedy, one episode per task)."""
+
+    split: str = ""             # "" -> off; else a seed split of the domain ("validation", "test")
+    max_per_category: int = 0   # 0 -> every task of the split
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,6 +153,7 @@ class RunConfig:
     """Everything a run reads, validated. `snapshot` is the JSON of the ConfigDict it came from."""
 
     seed: int
+    init_seed: int   # the initial weights' and warm-start's seed (config.init_seed, or seed when -1)
     mode: str
     epochs: int
     mesh: MeshConfig
@@ -156,11 +167,13 @@ class RunConfig:
     seeds_per_epoch: int
     variants_per_seed: int
     rollouts_per_task: int
+    new_tasks_per_epoch: int
     seed_selection: SeedSelectionSettings
     static_variants_per_seed: int
     replay: ReplaySettings
     episodes: EpisodeSettings
     warmstart: WarmstartSettings
+    evaluation: EvaluationSettings
     checkpoint: CheckpointSettings
     log: LogSettings
     preset_name: str
@@ -266,18 +279,24 @@ def _shared_source(agent: Mapping[str, Any], simulator: Mapping[str, Any]) -> di
 def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
     top = {"seed", "mode", "epochs", "mesh", "allow_config_change", "agent", "simulator", "tokenizer_dir", "domain",
            "curriculum", "seeds_per_epoch", "variants_per_seed", "rollouts_per_task", "seed_selection",
-           "static_variants_per_seed", "replay", "episodes", "warmstart", "checkpoint", "log", "preset_name"}
+           "static_variants_per_seed", "replay", "episodes", "warmstart", "checkpoint", "log", "preset_name",
+           "new_tasks_per_epoch", "evaluation", "init_seed"}
     unknown = sorted(set(tree) - top)
     if unknown:
         raise ConfigError(f"config: unknown key {unknown[0]!r} (known: {', '.join(sorted(top))})")
     scalars = {k: _check_type(k, tree.get(k, d), t) for k, d, t in (
         ("seed", None, int), ("mode", None, str), ("epochs", None, int), ("allow_config_change", False, bool),
         ("tokenizer_dir", "", str), ("seeds_per_epoch", None, int), ("variants_per_seed", None, int),
-        ("rollouts_per_task", None, int), ("static_variants_per_seed", None, int),
+        ("rollouts_per_task", None, int), ("static_variants_per_seed", None, int), ("new_tasks_per_epoch", 0, int),
+        ("init_seed", -1, int),
         ("preset_name", "custom", str))}
     _choice("mode", scalars["mode"], MODES)
     for key in ("epochs", "seeds_per_epoch", "variants_per_seed", "static_variants_per_seed"):
         _positive(key, scalars[key])
+    _positive("new_tasks_per_epoch", scalars["new_tasks_per_epoch"], 0)
+    _positive("init_seed", scalars["init_seed"], -1)
+    if scalars["init_seed"] == -1:
+        scalars["init_seed"] = scalars["seed"]
     _positive("rollouts_per_task", scalars["rollouts_per_task"], 2)  # GRPO advantages are relative in a group
     if scalars["tokenizer_dir"] and not os.path.isdir(scalars["tokenizer_dir"]):
         raise _fail("tokenizer_dir", scalars["tokenizer_dir"], "is not a directory")
@@ -330,6 +349,11 @@ def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
         if warmstart.learning_rate <= 0:
             raise _fail("warmstart.learning_rate", warmstart.learning_rate, "must be > 0")
     _positive("warmstart.num_seeds", warmstart.num_seeds, 0)
+    evaluation = _section(EvaluationSettings, tree.get("evaluation", {}),
+                          "evaluation")
+    if evaluation.split and evaluation.split not in SPLITS:
+        raise _fail("evaluation.split", evaluation.split, f"must be '' (off) or one of {', '.join(SPLITS)}")
+    _positive("evaluation.max_per_category", evaluation.max_per_category, 0)
     checkpoint = _section(CheckpointSettings, tree["checkpoint"], "checkpoint")
     _positive("checkpoint.keep", checkpoint.keep)
     _positive("checkpoint.every_epochs", checkpoint.every_epochs)
@@ -345,4 +369,4 @@ def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
                 f"mesh data x fsdp ({data} x {fsdp}) x {p.name}.train.micro_batches ({p.train.micro_batches})")
     return RunConfig(mesh=mesh, agent=agent, simulator=simulator, share_agent_init=share, domain=domain,
                      curriculum=curriculum, seed_selection=selection, replay=replay, episodes=episodes, warmstart=warmstart,
-                     checkpoint=checkpoint, log=log, snapshot=tree, **scalars)
+                     evaluation=evaluation, checkpoint=checkpoint, log=log, snapshot=tree, **scalars)

@@ -63,6 +63,10 @@ def test_paper_setup_needs_only_the_agent_model_dir_when_the_simulator_shares_it
     ("episodes.max_total_tokens", 100, r"config.episodes.max_total_tokens=100: must be >= agent.sampling.max_prompt_len"),
     ("episodes.env_workers", -1, r"config.episodes.env_workers=-1: must be >= 0"),
     ("agent.attention", "flash", r"config.agent.attention='flash': expected one of auto, einsum, blockwise"),
+    ("new_tasks_per_epoch", -1, r"config.new_tasks_per_epoch=-1: must be >= 0"),
+    ("init_seed", -2, r"config.init_seed=-2: must be >= -1"),
+    ("evaluation.split", "holdout", r"config.evaluation.split='holdout': must be '' \(off\) or one of train"),
+    ("evaluation.max_per_category", -1, r"config.evaluation.max_per_category=-1: must be >= 0"),
 ])
 def test_bad_values_are_refused_before_any_work_naming_the_key(key, value, message):
     c = toy_config_dict(**{key: value, "mesh.data": 2, "mesh.fsdp": 4})

@@ -73,6 +73,8 @@ def rwr_loss() -> ConfigDict:
 def get_config() -> ConfigDict:
     c = ConfigDict()
     c.seed = 0
+    c.init_seed = -1           # seed of the initial weights and the warm-start; -1: `seed` (runs that share
+                               # it start from the same model and differ only in what the loop samples)
     c.mode = "genenv"          # genenv | random (simulator never updated) | static (variants generated once)
     c.epochs = 10
     c.mesh = ConfigDict({"data": 1, "fsdp": -1, "tensor": 1})
@@ -105,6 +107,10 @@ def get_config() -> ConfigDict:
     c.seeds_per_epoch = 64
     c.variants_per_seed = 1
     c.rollouts_per_task = 8
+    # 0: the agent rolls out every valid new task. > 0: exactly this many new tasks per epoch (the
+    # first valid ones; too few are topped up with training seeds, rolled out like replayed tasks),
+    # so modes that parse different shares of their generations still give the agent equal data.
+    c.new_tasks_per_epoch = 0
     c.seed_selection = ConfigDict({
         "strategy": "variance",             # variance (DreamGym: rollout-reward variance) | uniform
         "explore_fraction": 0.25,           # share of seeds drawn uniformly even under `variance`
@@ -127,7 +133,13 @@ def get_config() -> ConfigDict:
         "enabled": False, "agent_steps": 0, "simulator_steps": 0, "batch_size": 8, "learning_rate": 1e-3,
         "num_seeds": 0,                 # 0: every training seed
         "simulator_target": "next",     # next | shortest: which sibling task each seed's SFT target shows
+        "cache_dir": "",                # "" off; else warm-started weights are kept there and reused by
+                                        # every run with the same models, warm-start settings, data and seed
     })
+
+    # Held-out accuracy of the agent after the warm-start and every epoch: greedy, one episode per
+    # task of a seed split the agent never trains on ("" off).
+    c.evaluation = ConfigDict({"split": "", "max_per_category": 0})
 
     c.checkpoint = ConfigDict({"keep": 3, "every_epochs": 1})
     c.log = ConfigDict({"samples_per_epoch": 16, "progress_bars": True})

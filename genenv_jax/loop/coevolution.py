@@ -28,11 +28,13 @@ from genenv_jax.episodes import open_environments
 from genenv_jax.loop import learning, records, shared_pools
 from genenv_jax.chat_text import ChatText
 from genenv_jax.loop.context import LoopContext, training_seeds
+from genenv_jax.loop.heldout import HeldOut
 from genenv_jax.loop.persistence import check_config_change, load_state, save_state
 from genenv_jax.loop.policy import Policy, build_policy, copy_params
 from genenv_jax.loop.rollouts import rollouts
 from genenv_jax.loop.state import RECENT_SUCCESS_KEPT, LoopState, SeedStats
-from genenv_jax.loop.tasks import GeneratedTasks, StaticTasks, TaskGenerator, replay_tasks
+from genenv_jax.loop.tasks import GeneratedTasks, StaticTasks, TaskGenerator, agent_tasks, replay_tasks
+from genenv_jax.loop.warmstart_cache import cached_warmstart, warmstart_key
 from genenv_jax.metrics import MetricsWriter, plot_curves, read_metrics, summary_table, truncate_metrics
 from genenv_jax.parallel import barrier, broadcast_object, check_same_on_all, is_writer, make_mesh
 from genenv_jax.run_config import RunConfig
@@ -70,27 +72,38 @@ class CoEvolution:
         generator = TaskGenerator(self.ctx, self.simulator)
         self.task_source = (StaticTasks(self.ctx, generator, self.pools["static_tasks"]) if config.mode == "static"
                             else GeneratedTasks(self.ctx, generator))
+        self.heldout = HeldOut(self.ctx, self.agent, self.environments)
         self.checkpointer = Checkpointer(self.workdir / "checkpoints", max_to_keep=config.checkpoint.keep)
         self.warmstart_metrics: dict[str, float] = {}
 
     # ------------------------------------------------------------------ state
     def initial_weights(self):
         """(agent, simulator) params as the config defines them, before any training."""
-        agent = self.agent.initial_params(self.config.seed)
+        agent = self.agent.initial_params(self.config.init_seed)
         if self.config.share_agent_init:
             return agent, copy_params(agent)
-        return agent, self.simulator.initial_params(self.config.seed + 1)
+        return agent, self.simulator.initial_params(self.config.init_seed + 1)
 
     def fresh_state(self) -> LoopState:
         """Initial (optionally warm-started) weights, their references and optimizer states; epoch -1."""
         agent, simulator = self.initial_weights()
         if self.config.warmstart.enabled:
             agent_rows, simulator_rows = learning.warmstart_examples(self.ctx)
-            agent, m_agent = learning.warmstart(self.ctx, self.agent, agent, agent_rows)
-            simulator, m_sim = learning.warmstart(self.ctx, self.simulator, simulator, simulator_rows)
+            agent, m_agent = self._warmstart(self.agent, agent, agent_rows)
+            simulator, m_sim = self._warmstart(self.simulator, simulator, simulator_rows)
             self.warmstart_metrics = m_agent | m_sim
         return LoopState(epoch=-1, agent=self.agent.new_state(agent), simulator=self.simulator.new_state(simulator),
                          warm_started=self.config.warmstart.enabled)
+
+    def _warmstart(self, policy: Policy, params, rows) -> tuple[object, dict]:
+        """SFT of one policy on its warm-start rows, or its weights from `warmstart.cache_dir`."""
+        def train():
+            return learning.warmstart(self.ctx, policy, params, rows)
+        cache_dir = self.config.warmstart.cache_dir
+        if not cache_dir:
+            return train()
+        key = warmstart_key(self.config.snapshot, policy.name, self.config.init_seed, rows)
+        return cached_warmstart(cache_dir, key, policy.name, policy.update.abstract_params(), train)
 
     def load_or_init(self) -> LoopState:
         check_config_change(self.checkpointer, self.config)
@@ -120,11 +133,11 @@ class CoEvolution:
 
         # 1-3. Tasks: the simulator's variants of chosen seeds (or draws from the static set).
         gens = self.task_source.tasks(epoch, state.simulator.params, state.seeds, counters)
-        tasks = [g.task for g in gens if g.task]
+        tasks, top_ups = agent_tasks(ctx, gens, epoch, counters)
         t_gen = time.time()
 
-        # 4-5. n agent rollouts per task (generated + replayed) and their rewards R_agent.
-        replay = replay_tasks(ctx, self.pools["d_train"], epoch)
+        # 4-5. n agent rollouts per task (new + replayed) and their rewards R_agent.
+        replay = top_ups + replay_tasks(ctx, self.pools["d_train"], epoch)
         groups, episode_stats = rollouts(ctx, self.agent, state.agent.params, self.environments, tasks + replay,
                                          [False] * len(tasks) + [True] * len(replay), epoch, counters)
         t_roll = time.time()
@@ -148,6 +161,7 @@ class CoEvolution:
                 ctx, self.simulator, state.simulator, gens, {t: s.r_env for t, s in by_task.items()},
                 {t: s.in_band for t, s in by_task.items()}, epoch)
         t_upd = time.time()
+        heldout = self.heldout.metrics(state.agent.params)
 
         # 9. Pools (committed before the checkpoint; resume rolls them back if the checkpoint is missing).
         shared_pools.append_epoch(self.pools, epoch, {
@@ -155,11 +169,12 @@ class CoEvolution:
             "d_env": records.d_env_records(gens, by_task, c.simulator.train.loss.reward_lambda)})
         if is_writer():
             records.write_samples(self.workdir / "samples", epoch, gens, groups, c.log.samples_per_epoch)
-        times = {"generate_s": t_gen - t0, "rollouts_s": t_roll - t_gen, "updates_s": t_upd - t_roll}
+        times = {"generate_s": t_gen - t0, "rollouts_s": t_roll - t_gen, "updates_s": t_upd - t_roll,
+                 "heldout_s": time.time() - t_upd}
         episodes = [ep for g in groups for ep in g.episodes]
         return records.epoch_metrics(gens=gens, generated=None if c.mode == "static" else len(gens), groups=groups,
                                      scores=scores, replayed=len(replay), times=times) | episode_stats.metrics(
-            episodes) | dict(counters) | agent_metrics | simulator_metrics
+            episodes) | dict(counters) | agent_metrics | simulator_metrics | heldout
 
     @staticmethod
     def _update_seed_stats(state: LoopState, scores, variances: dict[str, float]) -> None:
@@ -202,8 +217,8 @@ class CoEvolution:
             raise
         metrics = MetricsWriter(self.workdir, enabled=is_writer())
         try:
-            if state.epoch == -1 and state.warm_started:
-                metrics.write(-1, self.warmstart_metrics)
+            if state.epoch == -1 and (state.warm_started or self.heldout.tasks):  # the starting point
+                metrics.write(-1, self.warmstart_metrics | self.heldout.metrics(state.agent.params))
             for epoch in range(state.epoch + 1, c.epochs):
                 t0 = time.time()
                 row = self.run_epoch(state, epoch)

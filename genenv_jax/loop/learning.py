@@ -11,7 +11,7 @@ import numpy as np
 from genenv_jax.domains.base import DIFFICULTY_DIRECTIONS, Task
 from genenv_jax.episodes import Episode
 from genenv_jax.loop.context import (STREAM_GRPO, STREAM_RWR, STREAM_WARMSTART_AGENT, STREAM_WARMSTART_SIMULATOR,
-                                     LoopContext)
+                                     LoopContext, epoch_seed)
 from genenv_jax.loop.policy import Policy
 from genenv_jax.loop.rollouts import RolloutGroup
 from genenv_jax.loop.state import PolicyState
@@ -141,7 +141,8 @@ def warmstart(ctx: LoopContext, policy: Policy, params, examples: Sequence[Train
     steps_count = w.agent_steps if policy.name == "agent" else w.simulator_steps
     stream = STREAM_WARMSTART_AGENT if policy.name == "agent" else STREAM_WARMSTART_SIMULATOR
     steps = ([examples[i] for i in picked]
-             for picked in _shuffled_batches(len(examples), w.batch_size, steps_count, ctx.seed(0, stream)))
+             for picked in _shuffled_batches(len(examples), w.batch_size, steps_count,
+                                              epoch_seed(ctx.config.init_seed, 0, stream)))
     state, history = train_steps(policy.sft_trainer(), policy.sft_state(params), steps,
                                  **batch_shape(examples, w.batch_size, policy.rows_multiple), pad_id=ctx.text.pad_id,
                                  scalar_key="rewards", desc=f"warm-start {policy.name}",

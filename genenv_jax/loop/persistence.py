@@ -66,7 +66,12 @@ def load_state(checkpointer: Checkpointer, targets: Mapping[str, PolicyState],
 # Mesh shape, micro-batches and sampler batch size change memory use and speed, not the algorithm.
 SAFE_TO_CHANGE = ("epochs", "allow_config_change", "log.", "checkpoint.", "mesh.", "preset_name",
                   "agent.sampling.batch_size", "simulator.sampling.batch_size",
-                  "agent.train.micro_batches", "simulator.train.micro_batches", "episodes.env_workers")
+                  "agent.train.micro_batches", "simulator.train.micro_batches", "episodes.env_workers",
+                  "warmstart.cache_dir", "evaluation.")
+
+# Keys added after runs were saved without them, with the value that keeps the old behaviour:
+# a run saved before the key existed resumes as long as the key keeps that value.
+ADDED_LATER = {"new_tasks_per_epoch": 0, "init_seed": -1}
 
 
 def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -85,6 +90,8 @@ def config_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list
     changes = []
     for key in sorted(set(old) | set(new)):
         a, b = old.get(key, "<absent>"), new.get(key, "<absent>")
+        if a == "<absent>" and key in ADDED_LATER and b == ADDED_LATER[key]:
+            continue
         if _normalise(a) != _normalise(b):
             safe = any(key == s or (s.endswith(".") and key.startswith(s)) for s in SAFE_TO_CHANGE)
             changes.append((key, a, b, safe))

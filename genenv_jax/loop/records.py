@@ -3,6 +3,7 @@ tasks, and the epoch's metrics row."""
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 from typing import Iterable, Mapping, Sequence
@@ -74,8 +75,21 @@ def epoch_metrics(*, gens: Sequence[Generation], generated: int | None, groups: 
         "response_tokens_mean": _mean(responses),
         "task_tokens_mean": _mean(len(g.tokens) for g in gens if g.tokens),
         "tokens_per_s": sampled_tokens / max(times["generate_s"] + times["rollouts_s"], 1e-9),
+        "agent/episodes": sum(len(g.episodes) for g in groups),
+        **category_metrics(gens, fresh),
         **{f"time/{k}": v for k, v in times.items()},
     }
+
+
+def category_metrics(gens: Sequence[Generation], fresh: Sequence[RolloutGroup]) -> dict[str, float | int]:
+    """Per task category: how many valid tasks were generated, and the agent's mean reward on the
+    new tasks of that category it rolled out (the difficulty histogram next to success per level)."""
+    generated = collections.Counter(g.task.category for g in gens if g.task)
+    rewards: dict[str, list[float]] = collections.defaultdict(list)
+    for group in fresh:
+        rewards[group.task.category] += group.rewards
+    out: dict[str, float | int] = {f"category/{c}/generated": n for c, n in sorted(generated.items())}
+    return out | {f"category/{c}/success": float(np.mean(r)) for c, r in sorted(rewards.items())}
 
 
 def epoch_line(epoch: int, m: Mapping, seconds: float) -> str:

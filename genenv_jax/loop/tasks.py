@@ -11,7 +11,8 @@ import numpy as np
 
 from genenv_jax import curriculum
 from genenv_jax.domains.base import ChatPrompt, Rejection, Task, difficulty_direction
-from genenv_jax.loop.context import (STREAM_GENERATE, STREAM_REPLAY, STREAM_SEEDS, STREAM_STATIC, LoopContext)
+from genenv_jax.loop.context import (STREAM_GENERATE, STREAM_REPLAY, STREAM_SEEDS, STREAM_STATIC, STREAM_TOP_UP,
+                                     LoopContext)
 from genenv_jax.loop.policy import Policy
 from genenv_jax.loop.state import SeedStats
 from genenv_jax.loop import shared_pools
@@ -140,9 +141,30 @@ class StaticTasks:
         if not tasks:
             return []
         rng = np.random.default_rng(self.ctx.seed(epoch, STREAM_STATIC))
-        picks = rng.choice(len(tasks), size=min(c.seeds_per_epoch * c.variants_per_seed, len(tasks)), replace=False)
+        wanted = c.new_tasks_per_epoch or c.seeds_per_epoch * c.variants_per_seed
+        picks = rng.choice(len(tasks), size=min(wanted, len(tasks)), replace=False)
         return [Generation(self.ctx.seed_by_id.get(tasks[i].parent_id, tasks[i]), tasks[i].difficulty or "similar",
                            [], [], np.zeros(0), "", tasks[i]) for i in picks]
+
+
+def agent_tasks(ctx: LoopContext, gens: Sequence[Generation], epoch: int,
+                counters: Counters) -> tuple[list[Task], list[Task]]:
+    """(new tasks, top-ups) the agent rolls out this epoch. With `new_tasks_per_epoch` = N > 0, the
+    first N valid new tasks, and training seeds drawn at random for any shortfall (equal agent data
+    in every mode; top-ups are rolled out like replayed tasks, outside p_hat and RWR)."""
+    new = [g.task for g in gens if g.task]
+    wanted = ctx.config.new_tasks_per_epoch
+    if wanted <= 0:
+        return new, []
+    counters["new_tasks_unused"] += max(len(new) - wanted, 0)
+    new = new[:wanted]
+    missing = wanted - len(new)
+    if not missing:
+        return new, []
+    counters["topped_up_tasks"] += missing
+    rng = np.random.default_rng(ctx.seed(epoch, STREAM_TOP_UP))
+    seeds = ctx.train_seeds
+    return new, [seeds[i] for i in rng.choice(len(seeds), size=missing, replace=missing > len(seeds))]
 
 
 def replay_tasks(ctx: LoopContext, d_train: Pool, epoch: int) -> list[Task]:
