@@ -145,6 +145,35 @@ def test_agent_prompt_lists_the_functions(domain):
     assert prompt.messages == [{"role": "user", "content": task.prompt["question"]}]
 
 
+def test_compact_prompts_say_the_same_in_a_few_words():
+    compact = CalcDomain(prompt_style="compact")
+    task = next(t for t in compact.seeds("test") if t.metadata["level"] == 4)
+    prompt = compact.agent_prompt(task)
+    assert prompt.tools is None and prompt.messages[0]["role"] == "system"
+    assert prompt.messages[1]["content"] == f"{task.prompt['question']}\nFunctions: {', '.join(task.prompt['functions'])}"
+    text = compact.simulator_prompt(task, [1.0, 0.0], "easier", alpha=0.3).messages[-1]["content"]
+    assert "EASIER" in text and "level 3" in text and "50%" in text and task.prompt["expression"] in text
+    with pytest.raises(ValueError, match="prompt_style"):
+        CalcDomain(prompt_style="verbose")
+
+
+def test_complete_functions_adds_what_the_expression_needs_and_measures_the_result():
+    lenient = CalcDomain(complete_functions=True)
+    seed = lenient.seeds("train")[0]
+    task = lenient.parse_task("question: (3 + 4) * 5\nfunctions: max, max", seed)
+    assert isinstance(task, Task) and task.prompt["functions"] == ["max", "add", "mul"]
+    assert task.metadata["functions_completed"] == 2 and task.metadata["distractors"] == 1
+    assert task.verifier["call"] == {"name": "mul", "arguments": {"a": 7, "b": 5}}
+    bare = lenient.parse_task("question: 12 - 3", seed)
+    assert bare.prompt["functions"] == ["sub"] and bare.category == "level_2"
+    strict = CalcDomain()
+    assert strict.parse_task("question: 12 - 3", seed).reason == "no_functions"
+    assert strict.parse_task("question: 12 - 3\nfunctions: add", seed).reason == "missing_function"
+    for text, reason in (("question: 1 +\nfunctions: add", "bad_expression"),
+                         ("question: 1 + 2\nfunctions: eval", "unknown_function")):
+        assert lenient.parse_task(text, seed).reason == reason
+
+
 HOSTILE = {
     "too_large": ["question: 1 + 1\nfunctions: add\n" + "x" * 1_000_000,
                   "question: " + " + ".join(["1"] * 100) + "\nfunctions: add",

@@ -40,6 +40,8 @@ from genenv_jax.domains.calc_expressions import (FUNCTIONS, LEVELS, MAX_GENERATI
 from genenv_jax.tokenization import parse_tool_calls, render_tool_call
 
 DOMAIN_NAME = "calc"
+PROMPT_STYLES = ("tools", "compact")
+COMPACT_SYSTEM = "Call one function."
 
 # ----------------------------------------------------------------------------------------------
 # Reading and writing tasks as text
@@ -47,10 +49,14 @@ DOMAIN_NAME = "calc"
 _LINE = re.compile(r"^[ \t]*(question|functions|answer)[ \t]*:(.*)$", re.IGNORECASE | re.MULTILINE)
 
 
-def read_generation(text: str) -> dict[str, Any]:
-    """The task a simulator generation states: {"expression", "tree", "functions", "stated_answer"}.
+def read_generation(text: str, complete_functions: bool = False) -> dict[str, Any]:
+    """The task a simulator generation states: {"expression", "tree", "functions", "stated_answer",
+    "completed"}.
 
-    Looks at the first `question:`, `functions:` and `answer:` lines. Raises TaskInvalid.
+    Looks at the first `question:`, `functions:` and `answer:` lines. Raises TaskInvalid. With
+    `complete_functions`, the functions line only adds distractors: a missing line means none, a
+    repeated name counts once, and the functions the expression needs are appended when absent
+    (`completed` counts them); the level is measured on the completed list.
     """
     if len(text) > MAX_GENERATION_CHARS:
         raise TaskInvalid("too_large", f"{len(text)} characters; the limit is {MAX_GENERATION_CHARS}")
@@ -59,7 +65,7 @@ def read_generation(text: str) -> dict[str, Any]:
         fields.setdefault(m.group(1).lower(), m.group(2).strip())
     if "question" not in fields:
         raise TaskInvalid("no_question", "no 'question:' line")
-    if "functions" not in fields:
+    if "functions" not in fields and not complete_functions:
         raise TaskInvalid("no_functions", "no 'functions:' line")
     question = fields["question"]
     question = question[len("Compute"):].strip() if question.lower().startswith("compute") else question
@@ -67,7 +73,9 @@ def read_generation(text: str) -> dict[str, Any]:
     tree = parse_expression(question)
     if tree[0] == "num":
         raise TaskInvalid("bad_expression", "the expression has no operation")
-    names = [n.strip() for n in fields["functions"].split(",") if n.strip()]
+    names = [n.strip() for n in fields.get("functions", "").split(",") if n.strip()]
+    if complete_functions:
+        names = list(dict.fromkeys(names))
     if len(names) > len(FUNCTIONS):
         raise TaskInvalid("out_of_range", f"{len(names)} functions listed; there are only {len(FUNCTIONS)}")
     unknown = [n for n in names if n not in FUNCTIONS]
@@ -76,12 +84,13 @@ def read_generation(text: str) -> dict[str, Any]:
     if len(set(names)) != len(names):
         raise TaskInvalid("duplicate_function", f"functions {names} list one twice")
     missing = sorted({OPERATOR_FUNCTION[n[0]] for n in walk(tree) if n[0] != "num"} - set(names))
-    if missing:
+    if missing and not complete_functions:
         raise TaskInvalid("missing_function", f"the expression needs {missing}, which are not listed")
+    names += missing if complete_functions else []
     stated = fields.get("answer")
     stated_value = int(stated) if stated is not None and re.fullmatch(r"-?[0-9]{1,12}", stated) else None
     return {"expression": render_expression(tree), "tree": tree, "functions": names,
-            "stated_answer": stated, "stated_value": stated_value}
+            "stated_answer": stated, "stated_value": stated_value, "completed": len(missing)}
 
 
 def write_generation(expression: str, functions: Sequence[str]) -> str:
@@ -143,12 +152,23 @@ class CalcDomain(Domain):
     Args:
       per_level: seeds per level and split, {"train": n, "validation": n, "test": n}.
       seed: the generator seed of the seed set (the sets are a pure function of it).
+      prompt_style: "tools": the functions as tool schemas in the system turn (Qwen's tool format);
+        "compact": one line `Functions: add, mul, ...` under the question and a one-line system
+        turn (~45 prompt tokens with the study tokenizer instead of ~350: for miniature models).
+      complete_functions: the simulator's `functions:` line only adds distractors; the functions
+        its expression needs are added when missing (`read_generation`). For small simulators,
+        which write valid expressions long before consistent function lists.
     """
 
     name = DOMAIN_NAME
     rejection_reasons = REJECTION_REASONS
 
-    def __init__(self, per_level: dict[str, int] | None = None, seed: int = 13):
+    def __init__(self, per_level: dict[str, int] | None = None, seed: int = 13, prompt_style: str = "tools",
+                 complete_functions: bool = False):
+        if prompt_style not in PROMPT_STYLES:
+            raise ValueError(f"prompt_style={prompt_style!r}: expected one of {PROMPT_STYLES}")
+        self.prompt_style = prompt_style
+        self.complete_functions = complete_functions
         self.per_level = dict(per_level or {"train": 40, "validation": 8, "test": 16})
         unknown = sorted(set(self.per_level) - set(SPLITS))
         if unknown:
@@ -183,6 +203,10 @@ class CalcDomain(Domain):
 
     # ------------------------------------------------------------------ agent side
     def agent_prompt(self, task: Task) -> ChatPrompt:
+        if self.prompt_style == "compact":
+            listed = ", ".join(task.prompt["functions"])
+            return ChatPrompt(messages=[{"role": "system", "content": COMPACT_SYSTEM},
+                                        {"role": "user", "content": f"{task.prompt['question']}\nFunctions: {listed}"}])
         return ChatPrompt(messages=[{"role": "user", "content": task.prompt["question"]}],
                           tools=function_docs(task.prompt["functions"]))
 
@@ -221,6 +245,12 @@ class CalcDomain(Domain):
         else:
             success = f"The agent's success rate is not measured yet; the target is {alpha:.0%}."
         target = {"harder": min(level + 1, NUM_LEVELS), "easier": max(level - 1, 1), "similar": level}[difficulty]
+        if self.prompt_style == "compact":  # no format help (learned in warm-start); alpha acts via `difficulty`
+            rate = f"{sum(recent_success) / len(recent_success):.0%}" if recent_success else "unknown"
+            return ChatPrompt(messages=[{"role": "system", "content": "Write one task."},
+                                        {"role": "user", "content": "\n".join([
+                f"Seed, level {level}:", write_generation(seed.prompt["expression"], seed.prompt["functions"]),
+                f"Success {rate}. Write a {difficulty.upper()} task, level {target}."])}])
         user = "\n".join([
             f"Seed task (level {level} of {NUM_LEVELS}):",
             write_generation(seed.prompt["expression"], seed.prompt["functions"]),
@@ -236,11 +266,12 @@ class CalcDomain(Domain):
     def parse_task(self, text: str, seed: Task, difficulty: str | None = None) -> Task | Rejection:
         """Reads the two-line task; recomputes its answer and level. A stated answer is ignored."""
         try:
-            g = read_generation(text)
+            g = read_generation(text, self.complete_functions)
             if g["expression"] == seed.prompt.get("expression"):
                 raise TaskInvalid("copy_of_seed", "the expression repeats the seed's")
             digest = hashlib.sha256(write_generation(g["expression"], g["functions"]).encode()).hexdigest()[:12]
-            meta: dict[str, Any] = {"source": "simulator", "seed_level": seed.metadata.get("level")}
+            meta: dict[str, Any] = {"source": "simulator", "seed_level": seed.metadata.get("level"),
+                                    "functions_completed": g["completed"]}
             if g["stated_answer"] is not None:
                 meta["stated_answer_ok"] = g["stated_value"] == evaluate(g["tree"])
             return _make_task(f"{seed.task_id}~{digest}", g["expression"], g["tree"], g["functions"],

@@ -237,6 +237,16 @@ PRESETS: dict[str, ModelConfig] = {
                             num_heads=4, num_kv_heads=2, head_dim=64, rope_theta=10000.0,
                             tie_word_embeddings=True, max_position_embeddings=4096,
                             bos_token_id=1, eos_token_id=3),
+    # A ~1M-parameter variant: the default study's models (its CPU budget is 20 minutes for 15 runs).
+    "study-1m": ModelConfig(vocab_size=512, hidden_size=128, intermediate_size=512, num_layers=4,
+                            num_heads=4, num_kv_heads=2, head_dim=32, rope_theta=10000.0,
+                            tie_word_embeddings=True, max_position_embeddings=4096,
+                            bos_token_id=1, eos_token_id=3),
+    # The study's `--scale=large` models (GPU/TPU): same tokenizer, ~10x the parameters.
+    "study-30m": ModelConfig(vocab_size=512, hidden_size=512, intermediate_size=2048, num_layers=8,
+                             num_heads=8, num_kv_heads=4, head_dim=64, rope_theta=10000.0,
+                             tie_word_embeddings=True, max_position_embeddings=4096,
+                             bos_token_id=1, eos_token_id=3),
 }
 
 
