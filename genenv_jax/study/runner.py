@@ -1,0 +1,204 @@
+"""Runs the study: one co-evolution run per (mode, alpha, seed), each in its own workdir, then the
+report. Resumable at every level: a finished run is skipped, a killed one resumes from its last
+checkpoint, the tokenizer and the warm-started weights are made once and reused.
+
+Layout of the study directory:
+    study.json            the plan (runs, alpha, levels, command) the report reads
+    tokenizer/            the study's SentencePiece tokenizer (trained once on the train seeds)
+    warmstart_cache/      warm-started weights per (policy, seed, alpha-dependent prompts)
+    runs/<name>/          each run's workdir (metrics.jsonl, checkpoints, pools, samples, done.json)
+    report/               report.md, summary.json and the PNG plots
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from absl import app, flags, logging
+from ml_collections import ConfigDict
+from tqdm.auto import tqdm
+
+from genenv_jax import storage
+from genenv_jax.config_checks import ConfigError
+from genenv_jax.main import _CONFIG, _WORKDIR, command_line_parser, one_line, resolve_config_argument  # shared flags
+from genenv_jax.run_config import MODES
+
+PROGRAM = "genenv_jax.study"
+_SCALE = flags.DEFINE_enum("scale", None, ["small", "large"], "The config's preset: small (2 CPU cores, "
+                           "the default) or large (GPU/TPU). Same as configs/study.py:large.")
+_REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Only rebuild the report from the runs' metrics.")
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyRun:
+    """One co-evolution run of the study."""
+
+    mode: str
+    alpha: float
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.mode}-a{self.alpha:g}-s{self.seed}"
+
+    @property
+    def workdir(self) -> str:
+        return f"runs/{self.name}"
+
+
+def check_study(study: ConfigDict) -> None:
+    """The study-level keys, with the key named in the error (each run config is checked by RunConfig)."""
+    modes = tuple(study.modes)
+    if not modes or any(m not in MODES for m in modes) or len(set(modes)) != len(modes):
+        raise ConfigError(f"config.modes={modes!r}: must be distinct names from {MODES}")
+    for key, values in (("alpha", [study.alpha]), ("sweep_alphas", list(study.sweep_alphas))):
+        if any(not isinstance(a, (int, float)) or not 0 < a < 1 for a in values):
+            raise ConfigError(f"config.{key}={values!r}: every alpha must lie in (0, 1)")
+    seeds = tuple(study.seeds)
+    if not seeds or any(not isinstance(s, int) or isinstance(s, bool) for s in seeds) or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"config.seeds={seeds!r}: must be distinct integers")
+    if not set(study.sweep_seeds) <= set(seeds):
+        raise ConfigError(f"config.sweep_seeds={tuple(study.sweep_seeds)!r}: must be among config.seeds={seeds!r}")
+
+
+def plan_runs(study: ConfigDict) -> list[StudyRun]:
+    """Seed by seed (a partial study already compares modes): every mode at `alpha`, then, for the
+    `sweep_seeds`, genenv at the sweep's other alphas."""
+    runs = []
+    for seed in study.seeds:
+        runs += [StudyRun(mode, float(study.alpha), seed) for mode in study.modes]
+        if seed in study.sweep_seeds:
+            runs += [StudyRun("genenv", float(a), seed) for a in study.sweep_alphas if float(a) != float(study.alpha)]
+    return runs
+
+
+def run_config(study: ConfigDict, run: StudyRun, study_dir: Path) -> ConfigDict:
+    """The study's run config with this run's mode, alpha and seed, and the study's shared dirs."""
+    c = ConfigDict(study.run.to_dict())
+    c.mode, c.seed = run.mode, run.seed
+    c.curriculum.alpha = run.alpha
+    c.tokenizer_dir = str(study_dir / "tokenizer")
+    c.warmstart.cache_dir = str(study_dir / "warmstart_cache")
+    return c
+
+
+def prepare_tokenizer(study: ConfigDict, study_dir: Path) -> Path:
+    """The study tokenizer, trained once on the domain's train seeds (atomic: a temp dir renamed)."""
+    from genenv_jax.domains import get_domain
+    from genenv_jax.small_tokenizer import domain_training_texts, train_small_tokenizer
+
+    out = study_dir / "tokenizer"
+    if (out / "tokenizer.json").is_file():
+        return out
+    domain = get_domain(study.run.domain.name, **study.run.domain.options)
+    staging = study_dir / f".tokenizer-{os.getpid()}"
+    train_small_tokenizer(domain_training_texts(domain), staging, vocab_size=study.tokenizer_vocab_size)
+    staging.rename(out)
+    return out
+
+
+def write_plan(study: ConfigDict, runs: Sequence[StudyRun], study_dir: Path, command: str) -> None:
+    from genenv_jax.domains import get_domain
+
+    categories = sorted({t.category for t in get_domain(study.run.domain.name, **study.run.domain.options)
+                         .seeds(study.run.evaluation.split or "all")})
+    plan = {"alpha": float(study.alpha), "levels": categories, "epochs": int(study.run.epochs),
+            "scale": study.scale, "command": command,
+            "runs": [{"name": r.name, "mode": r.mode, "alpha": r.alpha, "seed": r.seed, "workdir": r.workdir}
+                     for r in runs]}
+    storage.write_atomic(study_dir / "study.json", json.dumps(plan, indent=1) + "\n")
+
+
+def _compilation_cache(study_dir: Path) -> None:
+    """A persistent XLA cache in the study dir: runs 2..n reload the programs run 1 compiled."""
+    import jax
+
+    if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        jax.config.update("jax_compilation_cache_dir", str(study_dir / "xla_cache"))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def run_study(study: ConfigDict, study_dir: str | os.PathLike, command: str = "") -> Path:
+    """Every run of the study (finished ones skipped), then the report; returns the report's path."""
+    import jax
+
+    from genenv_jax.loop import CoEvolution
+    from genenv_jax.run_config import RunConfig
+    from genenv_jax.study.report import write_report
+
+    check_study(study)
+    study_dir = Path(study_dir).absolute()
+    study_dir.mkdir(parents=True, exist_ok=True)
+    runs = plan_runs(study)
+    prepare_tokenizer(study, study_dir)  # before validation: each run config names its directory
+    configs = {r.name: RunConfig.from_config_dict(run_config(study, r, study_dir), num_devices=jax.device_count())
+               for r in runs}
+    write_plan(study, runs, study_dir, command)
+    _compilation_cache(study_dir)
+    bar = tqdm(runs, desc="study", unit="run")
+    for run in bar:
+        bar.set_postfix_str(run.name)
+        done = study_dir / run.workdir / "done.json"
+        if done.is_file() and json.loads(done.read_text()).get("epochs") == configs[run.name].epochs:
+            continue
+        t0 = time.time()
+        CoEvolution(configs[run.name], study_dir / run.workdir).run()
+        storage.write_atomic(done, json.dumps({"epochs": configs[run.name].epochs, "seconds": time.time() - t0}))
+        tqdm.write(f"study: {run.name} done in {time.time() - t0:.0f} s")
+    bar.close()
+    return write_report(study_dir)
+
+
+def _with_scale(argv: list[str]) -> list[str]:
+    """`--scale=X` selects the config file's preset X (`--config=configs/study.py:X`)."""
+    argv = resolve_config_argument(argv)
+    scale = next((a.split("=", 1)[1] for a in argv if a.startswith("--scale=")), None)
+    if scale is None:
+        return argv
+    out = []
+    for arg in argv:
+        if arg.startswith("--config="):
+            path, sep, preset = arg.partition("=")[2].partition(":")
+            if sep and preset != scale:
+                _die(f"--scale={scale} contradicts the config's preset :{preset}")
+            arg = f"--config={path}:{scale}"
+        out.append(arg)
+    return out
+
+
+def _die(message: str) -> None:
+    print(f"{PROGRAM}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def main(argv) -> None:
+    from genenv_jax.study.report import write_report
+
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    if not flags.FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)
+    study = _CONFIG.value
+    study_dir = Path(_WORKDIR.value or f"runs/study-{study.scale}")  # --workdir: the study directory
+    command = "python -m genenv_jax.study " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    try:
+        path = write_report(study_dir) if _REPORT_ONLY.value else run_study(study, study_dir, command)
+    except ConfigError as e:
+        _die(one_line(e))
+    except (FileNotFoundError, PermissionError, OSError) as e:
+        _die(f"{one_line(e)} (check --workdir; a rerun of the same command resumes)")
+    print(f"\nstudy report: {path}")
+
+
+def run_main() -> None:
+    flags.mark_flag_as_required("config")
+    parse = command_line_parser(PROGRAM)
+    app.run(main, flags_parser=lambda argv: parse(_with_scale(list(argv))))
