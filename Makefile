@@ -23,8 +23,10 @@ demo: $(STAMP)
 	rm -rf runs/demo
 	JAX_PLATFORMS=cpu $(BIN)/python -m genenv_jax.main --config=configs/bfcl.py:tiny --workdir=runs/demo
 
+# Two pytest workers, one test file each at a time (module fixtures stay in one process): most of
+# the suite is single-threaded XLA compilation, so two workers on 2 cores take ~30% less time.
 test: $(STAMP)
-	$(TEST_ENV) $(BIN)/python -m pytest -q tests
+	$(TEST_ENV) $(BIN)/python -m pytest -q -n 2 --dist loadfile tests
 
 clean:
 	rm -rf $(VENV) build *.egg-info
