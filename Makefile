@@ -25,8 +25,9 @@ demo: $(STAMP)
 
 # Two pytest workers, one test file each at a time (module fixtures stay in one process): most of
 # the suite is single-threaded XLA compilation, so two workers on 2 cores take ~30% less time.
+# Files run in collection order, the longest first (tests/conftest.py), so none runs alone at the end.
 test: $(STAMP)
-	$(TEST_ENV) $(BIN)/python -m pytest -q -n 2 --dist loadfile tests
+	$(TEST_ENV) $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -18,3 +18,14 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="genenv-jax-cache-")
     os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
     os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+
+
+# The longest files first: `make test` runs two xdist workers, one file each at a time, in this
+# order (`--no-loadscope-reorder`; xdist's default order, most tests first, put the 4-test
+# multi-process file last, where it ran alone for the suite's last ~5 minutes).
+FIRST_FILES = ("test_multiprocess.py", "test_study.py", "test_notebook.py", "test_loop.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(FIRST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST_FILES)))  # stable: order within a file kept
