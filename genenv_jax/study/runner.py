@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from genenv_jax import storage
 from genenv_jax.config_checks import ConfigError
-from genenv_jax.main import _CONFIG, _WORKDIR, command_line_parser, one_line, resolve_config_argument  # shared flags
+from genenv_jax.main import _CONFIG, _WORKDIR, command_line_parser, die, one_line  # the flags main defines
 from genenv_jax.run_config import MODES
 
 PROGRAM = "genenv_jax.study"
@@ -89,26 +89,21 @@ def run_config(study: ConfigDict, run: StudyRun, study_dir: Path) -> ConfigDict:
     return c
 
 
-def prepare_tokenizer(study: ConfigDict, study_dir: Path) -> Path:
+def prepare_tokenizer(study: ConfigDict, domain, study_dir: Path) -> Path:
     """The study tokenizer, trained once on the domain's train seeds (atomic: a temp dir renamed)."""
-    from genenv_jax.domains import get_domain
     from genenv_jax.small_tokenizer import domain_training_texts, train_small_tokenizer
 
     out = study_dir / "tokenizer"
     if (out / "tokenizer.json").is_file():
         return out
-    domain = get_domain(study.run.domain.name, **study.run.domain.options)
     staging = study_dir / f".tokenizer-{os.getpid()}"
     train_small_tokenizer(domain_training_texts(domain), staging, vocab_size=study.tokenizer_vocab_size)
     staging.rename(out)
     return out
 
 
-def write_plan(study: ConfigDict, runs: Sequence[StudyRun], study_dir: Path, command: str) -> None:
-    from genenv_jax.domains import get_domain
-
-    categories = sorted({t.category for t in get_domain(study.run.domain.name, **study.run.domain.options)
-                         .seeds(study.run.evaluation.split or "all")})
+def write_plan(study: ConfigDict, domain, runs: Sequence[StudyRun], study_dir: Path, command: str) -> None:
+    categories = sorted({t.category for t in domain.seeds(study.run.evaluation.split or "all")})
     plan = {"alpha": float(study.alpha), "levels": categories, "epochs": int(study.run.epochs),
             "scale": study.scale, "command": command,
             "runs": [{"name": r.name, "mode": r.mode, "alpha": r.alpha, "seed": r.seed, "workdir": r.workdir}
@@ -130,6 +125,7 @@ def run_study(study: ConfigDict, study_dir: str | os.PathLike, command: str = ""
     """Every run of the study (finished ones skipped), then the report; returns the report's path."""
     import jax
 
+    from genenv_jax.domains import get_domain
     from genenv_jax.loop import CoEvolution
     from genenv_jax.run_config import RunConfig
     from genenv_jax.study.report import write_report
@@ -138,10 +134,11 @@ def run_study(study: ConfigDict, study_dir: str | os.PathLike, command: str = ""
     study_dir = Path(study_dir).absolute()
     study_dir.mkdir(parents=True, exist_ok=True)
     runs = plan_runs(study)
-    prepare_tokenizer(study, study_dir)  # before validation: each run config names its directory
+    domain = get_domain(study.run.domain.name, **study.run.domain.options)
+    prepare_tokenizer(study, domain, study_dir)  # before validation: each run config names its directory
     configs = {r.name: RunConfig.from_config_dict(run_config(study, r, study_dir), num_devices=jax.device_count())
                for r in runs}
-    write_plan(study, runs, study_dir, command)
+    write_plan(study, domain, runs, study_dir, command)
     _compilation_cache(study_dir)
     bar = tqdm(runs, desc="study", unit="run")
     for run in bar:
@@ -158,8 +155,8 @@ def run_study(study: ConfigDict, study_dir: str | os.PathLike, command: str = ""
 
 
 def _with_scale(argv: list[str]) -> list[str]:
-    """`--scale=X` selects the config file's preset X (`--config=configs/study.py:X`)."""
-    argv = resolve_config_argument(argv)
+    """`--scale=X` selects the config's preset X (`--config=configs/study.py:X`); the parser then
+    resolves a packaged name such as `study:X` as usual."""
     scale = next((a.split("=", 1)[1] for a in argv if a.startswith("--scale=")), None)
     if scale is None:
         return argv
@@ -168,15 +165,10 @@ def _with_scale(argv: list[str]) -> list[str]:
         if arg.startswith("--config="):
             path, sep, preset = arg.partition("=")[2].partition(":")
             if sep and preset != scale:
-                _die(f"--scale={scale} contradicts the config's preset :{preset}")
+                die(f"--scale={scale} contradicts the config's preset :{preset}", PROGRAM)
             arg = f"--config={path}:{scale}"
         out.append(arg)
     return out
-
-
-def _die(message: str) -> None:
-    print(f"{PROGRAM}: error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 def main(argv) -> None:
@@ -192,9 +184,9 @@ def main(argv) -> None:
     try:
         path = write_report(study_dir) if _REPORT_ONLY.value else run_study(study, study_dir, command)
     except ConfigError as e:
-        _die(one_line(e))
+        die(one_line(e), PROGRAM)
     except (FileNotFoundError, PermissionError, OSError) as e:
-        _die(f"{one_line(e)} (check --workdir; a rerun of the same command resumes)")
+        die(f"{one_line(e)} (check --workdir; a rerun of the same command resumes)", PROGRAM)
     print(f"\nstudy report: {path}")
 
 
