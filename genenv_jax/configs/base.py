@@ -5,6 +5,8 @@ into frozen dataclasses; nothing inside the loop reads the ConfigDict. Defaults 
 paper's and its reference code's hyperparameters (docs/coevolve.md lists them with their source).
 """
 
+from typing import Callable
+
 from ml_collections import ConfigDict
 from ml_collections.config_dict import placeholder
 
@@ -155,3 +157,37 @@ def tiny_models(c: ConfigDict) -> None:
         model.dtype = "float32"
         model.remat_policy = "none"
         model.train.loss.chunk_size = 64
+
+
+def with_preset(c: ConfigDict, preset: str, tiny: Callable[[ConfigDict], None]) -> ConfigDict:
+    """Applies a benchmark config's preset: '7b' (Qwen2.5-7B agent and simulator) or 'tiny' (`tiny`)."""
+    c.preset_name = preset
+    if preset == "7b":
+        c.agent.preset = "qwen2.5-7b"
+        c.simulator.preset = "qwen2.5-7b"
+    elif preset == "tiny":
+        tiny(c)
+    else:
+        raise ValueError(f"unknown {c.domain.name} preset {preset!r}; expected '7b' or 'tiny'")
+    return c
+
+
+def tiny_episode_schedule(c: ConfigDict) -> None:
+    """The multi-turn CPU presets' loop: random tiny models, 2 epochs of 2 seeds x 1 variant x 2
+    rollouts (p_hat in {0, .5, 1}, so k_min 0.5 lets every task into the band), 2 replayed tasks,
+    a supervised warm-start (its steps and batch are the preset's), small checkpoints and logs."""
+    tiny_models(c)
+    c.epochs = 2
+    c.curriculum.k_min = 0.5
+    c.seeds_per_epoch = 2
+    c.variants_per_seed = 1
+    c.rollouts_per_task = 2
+    c.agent.train.tasks_per_step = 2
+    c.simulator.train.tasks_per_step = 2
+    c.replay.tasks_per_epoch = 2
+    c.agent.optimizer.learning_rate = 1e-4
+    c.simulator.optimizer.learning_rate = 1e-5
+    c.warmstart.enabled = True
+    c.warmstart.learning_rate = 3e-3
+    c.log.samples_per_epoch = 2
+    c.checkpoint.keep = 2

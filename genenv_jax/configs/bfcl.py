@@ -14,17 +14,9 @@ from genenv_jax.domains.bfcl_data import CATEGORIES
 
 def get_config(preset: str = "7b") -> ConfigDict:
     c = base.get_config()
-    c.preset_name = preset
     c.domain.name = "bfcl"
     c.domain.options = ConfigDict({"categories": CATEGORIES, "validation": "strict"})
-    if preset == "7b":
-        c.agent.preset = "qwen2.5-7b"
-        c.simulator.preset = "qwen2.5-7b"
-    elif preset == "tiny":
-        tiny(c)
-    else:
-        raise ValueError(f"unknown bfcl preset {preset!r}; expected '7b' or 'tiny'")
-    return c
+    return base.with_preset(c, preset, tiny)
 
 
 def tiny(c: ConfigDict) -> None:

@@ -17,7 +17,6 @@ from genenv_jax.domains.bfcl_multiturn.data import CATEGORIES
 
 def get_config(preset: str = "7b") -> ConfigDict:
     c = base.get_config()
-    c.preset_name = preset
     c.domain.name = "bfcl_multiturn"
     c.domain.options = ConfigDict({"categories": CATEGORIES})
     # Agent: first prompts up to 7,566 tokens (long_context observations can add tens of thousands:
@@ -27,14 +26,7 @@ def get_config(preset: str = "7b") -> ConfigDict:
     c.episodes.max_total_tokens = 16384
     # Simulator: prompts up to 2,950 tokens, shipped tasks written as generations up to 1,848.
     c.simulator.sampling.max_new_tokens = 2048
-    if preset == "7b":
-        c.agent.preset = "qwen2.5-7b"
-        c.simulator.preset = "qwen2.5-7b"
-    elif preset == "tiny":
-        tiny(c)
-    else:
-        raise ValueError(f"unknown bfcl_multiturn preset {preset!r}; expected '7b' or 'tiny'")
-    return c
+    return base.with_preset(c, preset, tiny)
 
 
 def tiny(c: ConfigDict) -> None:
@@ -49,31 +41,17 @@ def tiny(c: ConfigDict) -> None:
     `warmstart.simulator_steps`: the single-turn BFCL demo needs 120 steps for a 10M model to
     write parseable tasks; how many these longer multi-turn tasks need is not measured).
     """
-    base.tiny_models(c)
-    c.epochs = 2
-    c.curriculum.k_min = 0.5           # 2 rollouts give p_hat in {0, .5, 1}
+    base.tiny_episode_schedule(c)
     c.domain.options.categories = ("multi_turn_base",)
     c.domain.max_seeds = 2
     c.domain.seed_order = "shortest"   # multi_turn_base_25 and _38: GorillaFileSystem, 2-3 user turns
-    c.seeds_per_epoch = 2
-    c.variants_per_seed = 1
-    c.rollouts_per_task = 2
-    c.agent.train.tasks_per_step = 2
-    c.simulator.train.tasks_per_step = 2
     # Their reference agent turns are at most 95 tokens, first prompts ~3.6k, ideal episodes < 4k.
     c.agent.sampling.update(max_new_tokens=96, max_prompt_len=4096, temperature=0.7)
     c.episodes.max_turns = 4
     c.episodes.max_total_tokens = 4608
     # Simulator prompts ~1.1k tokens; the reference generations (sibling tasks) 261-364 tokens.
     c.simulator.sampling.update(max_new_tokens=384, max_prompt_len=2048, temperature=0.5)
-    c.replay.tasks_per_epoch = 2
-    c.agent.optimizer.learning_rate = 1e-4
-    c.simulator.optimizer.learning_rate = 1e-5
-    c.warmstart.enabled = True
     c.warmstart.agent_steps = 24
     c.warmstart.simulator_steps = 24
     c.warmstart.batch_size = 1
-    c.warmstart.learning_rate = 3e-3
     c.warmstart.simulator_target = "shortest"
-    c.log.samples_per_epoch = 2
-    c.checkpoint.keep = 2

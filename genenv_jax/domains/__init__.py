@@ -14,7 +14,8 @@ from genenv_jax.domains.base import (
     SingleTurnEnvironment, StepOutcome, Task, difficulty_direction)
 
 # name -> "module:class"
-DOMAINS = {"bfcl": "genenv_jax.domains.bfcl:BFCLDomain",
+DOMAINS = {"alfworld": "genenv_jax.domains.alfworld:ALFWorldDomain",
+           "bfcl": "genenv_jax.domains.bfcl:BFCLDomain",
            "bfcl_multiturn": "genenv_jax.domains.bfcl_multiturn:BFCLMultiTurnDomain",
            "calc": "genenv_jax.domains.calc:CalcDomain"}
 

@@ -1,0 +1,274 @@
+"""ALFWorld on its real engine as a GenEnv domain.
+
+Seeds are game directories in ALFWorld's official layout (`dataset.py`): the official
+`json_2.1.1` download when `data_dir` is given, else a generated set (real scenes, grammar, goals
+and engine; synthetic placements) built and verified once into a cache directory. The agent
+plays a game over many turns (`episode.py`) and is rewarded with the engine's `won`. The simulator
+writes a new game as a JSON spec (`specs.py`), accepted only once the engine has loaded it and the
+expert's walkthrough has reached `won` on it (`engine.verify`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import random
+import re
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from genenv_jax.domains.alfworld import dataset, engine, specs, vocab
+from genenv_jax.domains.alfworld.episode import ADMISSIBLE_MODES, ALFWorldEnvironment
+from genenv_jax.domains.alfworld.games import compile_game, task_sentence
+from genenv_jax.domains.alfworld.pddl_facts import spec_from_game
+from genenv_jax.domains.alfworld.sampling import sample_spec
+from genenv_jax.domains.base import DIFFICULTY_DIRECTIONS, ChatPrompt, Domain, Rejection, ScoreResult, Task, split_of
+from genenv_jax.domains.bfcl_generation import extract_json_object
+from genenv_jax.domains.bfcl_schema import TaskInvalid as JSONTaskInvalid
+
+DOMAIN_NAME = "alfworld"
+DEFAULT_GAMES = {"train": 600, "validation": 140, "test": 134}  # ALFWorld's valid_seen / valid_unseen sizes
+REJECTION_REASONS = ("no_json", "too_large", "too_deep", "invalid_json", "invalid_unicode", "not_an_object",
+                     *specs.SPEC_REASONS, "same_as_seed", *engine.VERIFY_REASONS)
+
+SIMULATOR_SYSTEM = (
+    "You design games for an agent in ALFWorld, a household text game played on a real engine. You are given a "
+    "seed game as a JSON spec and the scene it is set in, and write one new game spec. The engine checks "
+    "every game: it must use only the scene's receptacles and objects, and be solvable.")
+_DIFFICULTY_TEXT = {
+    "harder": ("Make the new game HARDER than the seed: a task type with more steps (pick_and_place_simple < "
+               "look_at_obj_in_light < clean / heat / cool < pick_two_obj_and_place), targets inside closed "
+               "receptacles (cabinet, drawer, fridge, safe) and more objects of other types around them."),
+    "easier": ("Make the new game EASIER than the seed: fewer steps (pick_and_place_simple or "
+               "look_at_obj_in_light), the target on an open surface (countertop, table, shelf), few other objects."),
+    "similar": "Keep the difficulty about the SAME as the seed, with a different target, goal or placements.",
+}
+_TASK_RULES = (
+    "Task types: pick_and_place_simple (put the object in a receptacle of the goal type), look_at_obj_in_light "
+    "(hold the object and turn on a desklamp: set toggle to \"desklamp\", receptacle to null, and place the "
+    "desklamp on a desk, sidetable, dresser, shelf or table), pick_clean_then_place_in_recep (clean it in the "
+    "sinkbasin first), pick_heat_then_place_in_recep (heat it in the microwave first), "
+    "pick_cool_then_place_in_recep (cool it in the fridge first), pick_two_obj_and_place (two of the object). "
+    "At least one target (two for pick_two) must start outside every receptacle of the goal type.")
+_TASK_LINE = re.compile(r"Your task is to: (.*?)\.\"", re.DOTALL)
+
+
+def default_cache_root() -> Path:
+    """Where generated game sets are kept: $GENENV_CACHE/alfworld (default ~/.cache/genenv_jax)."""
+    return Path(os.environ.get("GENENV_CACHE") or Path.home() / ".cache" / "genenv_jax") / "alfworld"
+
+
+class ALFWorldDomain(Domain):
+    """ALFWorld's six task types on textworld's PDDL engine; see the module docstring.
+
+    Args:
+      data_dir: an ALFWorld data directory (holding json_2.1.1, or train/valid_seen/valid_unseen);
+        "" -> the generated set, built on first use into `cache_dir`.
+      games: generated games per split ('train', 'validation' = valid_seen, 'test' = valid_unseen).
+      task_types: which of the six task types to use.
+      max_steps: agent steps per episode (ALFWorld's 50).
+      admissible: show the available commands 'every_turn', on the 'first_turn' only, or 'never'.
+      salt: generation seed of the generated set. build_workers: processes for building it (0: all cores).
+    """
+
+    name = DOMAIN_NAME
+    rejection_reasons = REJECTION_REASONS
+
+    def __init__(self, data_dir: str = "", games: Mapping[str, int] | None = None,
+                 task_types: Sequence[str] = vocab.TASK_TYPES, max_steps: int = 50, admissible: str = "every_turn",
+                 salt: str = "genenv", cache_dir: str = "", build_workers: int = 0):
+        unknown = [t for t in task_types if t not in vocab.TASK_TYPES]
+        if unknown:
+            raise ValueError(f"unknown ALFWorld task types {unknown}; expected a subset of {vocab.TASK_TYPES}")
+        if admissible not in ADMISSIBLE_MODES:
+            raise ValueError(f"admissible={admissible!r}; expected one of {ADMISSIBLE_MODES}")
+        self.games = dict(DEFAULT_GAMES if games is None else games)
+        bad = sorted(set(self.games) - set(dataset.OFFICIAL_SPLITS))
+        if bad or any(not isinstance(n, int) or n < 0 for n in self.games.values()):
+            raise ValueError(f"games={self.games}: expected counts >= 0 for splits {sorted(dataset.OFFICIAL_SPLITS)}")
+        self.data_dir, self.task_types, self.max_steps = data_dir, tuple(task_types), max_steps
+        self.admissible, self.salt, self.build_workers = admissible, salt, build_workers
+        self.cache_dir = cache_dir
+        self._seeds: list[Task] | None = None
+
+    # ------------------------------------------------------------------ seeds
+    @property
+    def root(self) -> Path:
+        """The data root: `data_dir`, or the generated set's directory (keyed by what builds it)."""
+        if self.data_dir:
+            return Path(self.data_dir)
+        key = json.dumps([dataset.BUILD_VERSION, self.salt, sorted(self.games.items()), list(self.task_types),
+                          self.max_steps])
+        digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+        return Path(self.cache_dir or default_cache_root()) / f"generated-{digest}"
+
+    def _ensure_built(self) -> None:
+        if not self.data_dir and not (self.root / "json_2.1.1" / "build.json").exists():
+            dataset.build(self.root, self.games, salt=self.salt, task_types=self.task_types,
+                          max_steps=self.max_steps, workers=self.build_workers)
+
+    def _all_seeds(self) -> list[Task]:
+        if self._seeds is None:
+            if self.data_dir:
+                base = dataset.split_root(self.data_dir)
+                if not any((base / d).is_dir() for d in dataset.OFFICIAL_SPLITS.values()):
+                    raise FileNotFoundError(f"ALFWorld data_dir {self.data_dir}: holds neither json_2.1.1/ nor "
+                                            f"{'/'.join(dataset.OFFICIAL_SPLITS.values())} directories")
+            self._ensure_built()
+            tasks = []
+            for split in dataset.OFFICIAL_SPLITS:
+                if not self.data_dir and not self.games.get(split):
+                    continue
+                folder = dataset.split_root(self.root) / dataset.OFFICIAL_SPLITS[split]
+                if self.data_dir and not folder.is_dir():
+                    continue
+                tasks += [self._task_of(e) for e in dataset.read_split(self.root, split, self.task_types)]
+            self._seeds = tasks
+        return self._seeds
+
+    def _task_of(self, entry: dataset.GameEntry) -> Task:
+        spec = entry.spec or spec_from_game(entry.game, entry.traj)
+        match = _TASK_LINE.search(entry.game["grammar"])
+        sentence = match.group(1) if match else (task_sentence(spec) if spec else "")
+        scene = entry.traj.get("scene", {}).get("floor_plan") or (f"FloorPlan{spec.scene}" if spec else "")
+        return Task(domain=DOMAIN_NAME, task_id=str(Path(entry.path).parent), category=entry.traj["task_type"],
+                    prompt={"task": sentence, "scene": scene},
+                    verifier={"gamefile": entry.path, "walkthrough": entry.game.get("walkthrough"),
+                              "spec": specs.write_spec(spec) if spec else None},
+                    metadata={"split": entry.split, "alfworld_split": dataset.OFFICIAL_SPLITS[entry.split],
+                              "source": "generated" if entry.spec else "data_dir"})
+
+    def seeds(self, split: str) -> list[Task]:
+        """Games of 'train', 'validation' (valid_seen), 'test' (valid_unseen) or 'all', in path order."""
+        return split_of(self._all_seeds(), split)
+
+    # ------------------------------------------------------------------ agent side
+    def game_json(self, task: Task) -> dict[str, Any]:
+        """The game.tw-pddl JSON of a task: its file under the data root, or compiled from its spec."""
+        if task.verifier.get("gamefile"):
+            return json.loads((dataset.split_root(self.root) / task.verifier["gamefile"]).read_text())
+        return compile_game(specs.read_spec(task.verifier["spec"]))
+
+    def environment(self, task: Task) -> ALFWorldEnvironment:
+        return ALFWorldEnvironment(task, self.game_json(task), max_steps=self.max_steps, admissible=self.admissible)
+
+    def agent_prompt(self, task: Task) -> ChatPrompt:
+        """The first prompt (the engine's opening text and commands): one engine reset, memoised."""
+        return self._first_prompt(task.dumps())
+
+    @functools.lru_cache(maxsize=256)
+    def _first_prompt(self, task_json: str) -> ChatPrompt:
+        return self.environment(Task.loads(task_json)).reset()
+
+    def score_details(self, task: Task, response: str) -> ScoreResult:
+        """The response as a one-step episode (won only if one command solves the game)."""
+        env = self.environment(task)
+        return env.score([{"role": "assistant", "content": response}])
+
+    def reference_turns(self, task: Task) -> list[str]:
+        """The walkthrough's commands, one `Action:` reply per step (Fast Downward plans a game that
+        was stored without one)."""
+        commands = task.verifier.get("walkthrough") or engine.planner_walkthrough(self.game_json(task))
+        return [f"Action: {c}" for c in commands]
+
+    def reference_response(self, task: Task) -> str:
+        return self.reference_turns(task)[0]
+
+    def summary(self, per_category: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+        """alfworld: success over all games (ALFWorld's 'All'); alfworld_type_mean: over task types;
+        alfworld/<pick|look|clean|heat|cool|pick2>: per task type, as ALFWorld papers label them."""
+        rows = {c: per_category[c] for c in per_category if per_category[c]["n"]}
+        if not rows:
+            return {}
+        out = {"alfworld": sum(r["correct"] for r in rows.values()) / sum(r["n"] for r in rows.values()),
+               "alfworld_type_mean": sum(r["accuracy"] for r in rows.values()) / len(rows)}
+        out.update({f"alfworld/{vocab.TASK_LABELS[c]}": r["accuracy"] for c, r in rows.items() if c in vocab.TASK_LABELS})
+        return out
+
+    # ------------------------------------------------------------------ simulator side
+    def simulator_prompt(self, seed: Task, recent_success: Sequence[float] = (), difficulty: str = "similar",
+                         alpha: float = 0.5) -> ChatPrompt:
+        """The seed's spec, its scene's receptacles and object types, the task rules and the
+        difficulty asked for; the reply is one JSON spec."""
+        if difficulty not in DIFFICULTY_DIRECTIONS:
+            raise ValueError(f"difficulty {difficulty!r} not in {DIFFICULTY_DIRECTIONS}")
+        if seed.verifier.get("spec") is None:
+            raise ValueError(f"{seed.task_id}: its game could not be read as a spec (no simulator prompt)")
+        spec = specs.read_spec(seed.verifier["spec"])
+        if recent_success:
+            rate = sum(recent_success) / len(recent_success)
+            success = (f"The agent currently solves games like this one {rate:.0%} of the time "
+                       f"(last {len(recent_success)} measurements); the target is {alpha:.0%}.")
+        else:
+            success = f"The agent's success rate on this seed has not been measured yet; the target is {alpha:.0%}."
+        receptacles = sorted(specs.receptacle_names(spec.scene), key=_natural)
+        objects = sorted(t.lower() for t in specs.load_scene(spec.scene).object_types)
+        user = "\n".join([
+            "Seed game:", "```json", json.dumps(seed.verifier["spec"], ensure_ascii=False), "```",
+            f"Scene {seed.verifier['spec']['scene']} receptacles: {', '.join(receptacles)}",
+            f"Objects that can appear in it: {', '.join(objects)}",
+            "", success, _DIFFICULTY_TEXT[difficulty], "", _TASK_RULES, "",
+            "Write ONE new game in the seed's scene as a JSON object with the keys scene, task_type, object, "
+            "receptacle (a receptacle type such as \"countertop\", or null), toggle (\"desklamp\" or null) and "
+            "placements (receptacle name -> list of the objects in it, every object of the game). "
+            "Reply with the JSON object inside a ```json code block and nothing else.",
+        ])
+        return ChatPrompt(messages=[{"role": "system", "content": SIMULATOR_SYSTEM}, {"role": "user", "content": user}])
+
+    def parse_task(self, text: str, seed: Task, difficulty: str | None = None) -> Task | Rejection:
+        """Reads the simulator's spec and builds its game; a Task only if the engine verifies it."""
+        def rejected(reason: str, detail: str) -> Rejection:
+            return Rejection(domain=DOMAIN_NAME, reason=reason, detail=detail, seed_id=seed.task_id, raw_text=text)
+
+        try:
+            spec = specs.read_spec(extract_json_object(text))
+        except JSONTaskInvalid as e:
+            return rejected(e.reason, e.detail)
+        except specs.SpecInvalid as e:
+            return rejected(e.reason, e.detail)
+        if spec.task_type not in self.task_types:
+            return rejected("unknown_task_type", f"{spec.task_type} is not used in this run")
+        written = specs.write_spec(spec)
+        if seed.verifier.get("spec") is not None and written == specs.write_spec(specs.read_spec(seed.verifier["spec"])):
+            return rejected("same_as_seed", "the spec is the seed's")
+        try:
+            game = compile_game(spec)
+        except ValueError as e:
+            return rejected("unsolvable", str(e)[:200])
+        verdict = engine.verify(game, max_steps=self.max_steps)
+        if not verdict.ok:
+            return rejected(verdict.reason, verdict.detail)
+        return Task(domain=DOMAIN_NAME, task_id=f"{seed.task_id}~{spec.digest()}", category=spec.task_type,
+                    prompt={"task": task_sentence(spec), "scene": f"FloorPlan{spec.scene}"},
+                    verifier={"gamefile": None, "walkthrough": game["walkthrough"], "spec": written},
+                    parent_id=seed.task_id, difficulty=difficulty, metadata={"source": "simulator"})
+
+    def reference_generation(self, seed: Task, sibling: Task | None = None) -> str:
+        """A new game of the seed's task type in the seed's scene, as the simulator is asked to write
+        it: `sibling` when it is one, else one sampled within ALFWorld's rules (parse_task accepts it)."""
+        seed_spec = seed.verifier.get("spec")
+        if seed_spec is None:
+            raise ValueError(f"{seed.task_id}: its game could not be read as a spec (no reference generation)")
+        if (sibling is not None and sibling.verifier.get("spec") not in (None, seed_spec)
+                and sibling.verifier["spec"]["scene"] == seed_spec["scene"]):
+            return _fenced(sibling.verifier["spec"])
+        scene = specs.read_spec(seed_spec).scene
+        for attempt in range(20):
+            spec = sample_spec(random.Random(f"reference/{seed.task_id}/{attempt}"), [scene], seed.category)
+            if specs.write_spec(spec) != seed_spec:
+                return _fenced(specs.write_spec(spec))
+        raise ValueError(f"{seed.task_id}: no new game of its type could be sampled in its scene")
+
+
+def _fenced(spec: Mapping[str, Any]) -> str:
+    return "```json\n" + json.dumps(spec, ensure_ascii=False) + "\n```"
+
+
+def _natural(name: str) -> tuple[str, int]:
+    base, _, number = name.rpartition(" ")
+    return (base, int(number)) if number.isdigit() else (name, 0)
+
+
+__all__ = ["ALFWorldDomain", "DOMAIN_NAME"]
