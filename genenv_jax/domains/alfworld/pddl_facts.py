@@ -1,5 +1,9 @@
 """A game file read back as a spec: the scene, targets and placements of an ALFWorld game's PDDL
-problem, so that official games can be shown to the simulator as seeds like generated ones."""
+problem, so that official games can be shown to the simulator as seeds like generated ones.
+
+A spec is a view of the game for the simulator, not the game the agent plays (that is the file):
+objects a spec cannot express (types no receptacle may hold in ALFWorld's rule table, objects
+inside movable receptacles, receptacles outside the shipped layout) are left out of it."""
 
 from __future__ import annotations
 
@@ -15,8 +19,9 @@ _FACT = re.compile(r"\((inReceptacle|objectType)\s+(\S+)\s+(\S+)\)", re.IGNORECA
 
 
 def spec_from_game(game: Mapping[str, Any], traj: Mapping[str, Any]) -> GameSpec | None:
-    """The GameSpec of a game file, or None when it holds something a spec cannot say (an object
-    or receptacle outside the shipped scene layout, a sliced target, a movable receptacle goal)."""
+    """The spec view of a game file (see the module docstring), or None when the task itself cannot
+    be said as a spec (a scene without a shipped layout, a sliced target, a movable-receptacle goal,
+    targets that are left out)."""
     try:
         scene_number = int(traj["scene"]["scene_num"])
         params = traj["pddl_params"]
@@ -34,12 +39,14 @@ def spec_from_game(game: Mapping[str, Any], traj: Mapping[str, Any]) -> GameSpec
             types[first.lower()] = second[:-4] if second.lower().endswith("type") else second
         else:
             where[first.lower()] = second.lower()
+    rtype_of = {r.id: r.type for r in scene.receptacles}
     placements = []
     for obj, recep in sorted(where.items()):
         otype = vocab.TYPE_BY_NAME.get(types.get(obj, "").lower())
-        if otype is None or recep not in receptacle_by_pddl:
-            return None
-        placements.append((otype, receptacle_by_pddl[recep]))
+        rid = receptacle_by_pddl.get(recep)
+        if (otype in vocab.PLACEABLE and otype in scene.object_types and rid is not None
+                and vocab.may_hold(rtype_of[rid], otype)):
+            placements.append((otype, rid))
     spec = GameSpec(scene=scene_number, task_type=traj.get("task_type", ""),
                     object=vocab.TYPE_BY_NAME.get(str(params.get("object_target", "")).lower(), ""),
                     receptacle=vocab.TYPE_BY_NAME.get(str(params.get("parent_target", "")).lower()) or None,
