@@ -81,7 +81,7 @@ def verify(game: Mapping[str, Any], max_steps: int = 50, time_limit_s: float = 1
 
 def planner_walkthrough(game: Mapping[str, Any]) -> list[str]:
     """Fast Downward's plan for a game (its stored walkthrough ignored): an independent expert, slow
-    on large scenes (ALFWORLD.md: up to minutes), used to cross-check ours."""
+    on large scenes (up to minutes for a pick-two in a big kitchen), used to cross-check ours."""
     engine = Game({k: v for k, v in game.items() if k != "walkthrough"}, want_walkthrough=True)
     engine.reset()
     return list(engine.walkthrough or [])
