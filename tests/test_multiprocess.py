@@ -32,11 +32,14 @@ def _metrics(workdir: Path) -> list[dict]:
     return [{k: v for k, v in row.items() if not k.startswith(TIMING)} for row in rows]
 
 
-def _assert_same_results(got: Path, want: Path) -> None:
+def _assert_same_results(got: Path, want: Path, epochs: tuple[int, ...] = (0, 1)) -> None:
     """Same metrics (floats to 1e-4: cross-process reductions add in another order), the same
-    pool records, one metrics row per epoch and one samples file per epoch (a single writer)."""
+    pool records, one metrics row per epoch and one samples file per epoch (a single writer), over
+    `epochs` (the reference run has two)."""
     got_rows, want_rows = _metrics(got), _metrics(want)
-    assert [r["epoch"] for r in got_rows] == [r["epoch"] for r in want_rows] == [0, 1]
+    assert [r["epoch"] for r in want_rows] == [0, 1]
+    want_rows = [r for r in want_rows if r["epoch"] in epochs]
+    assert [r["epoch"] for r in got_rows] == [r["epoch"] for r in want_rows] == list(epochs)
     for g, w in zip(got_rows, want_rows):
         assert sorted(g) == sorted(w)
         for key in w:
@@ -44,11 +47,11 @@ def _assert_same_results(got: Path, want: Path) -> None:
                 assert math.isclose(g[key], w[key], rel_tol=1e-4, abs_tol=1e-7), (g["epoch"], key, g[key], w[key])
             else:
                 assert g[key] == w[key], (g["epoch"], key)
-    assert want_rows[0]["simulator/steps"] > 0 or want_rows[1]["simulator/steps"] > 0  # every stage ran
+    assert any(w["simulator/steps"] > 0 for w in want_rows)  # every stage ran
     for name in ("d_train", "d_env"):
         assert Pool(got / "pools", name, writable=False).records() == Pool(want / "pools", name,
-                                                                           writable=False).records(), name
-    assert sorted(p.name for p in (got / "samples").iterdir()) == ["epoch_0000.jsonl", "epoch_0001.jsonl"]
+                                                                           writable=False).records(epochs), name
+    assert sorted(p.name for p in (got / "samples").iterdir()) == [f"epoch_{e:04d}.jsonl" for e in epochs]
     assert (got / "curves.png").exists() and (got / "summary.md").exists()
 
 
@@ -68,13 +71,14 @@ def test_two_processes_killed_after_a_checkpoint_resume_to_the_same_result(refer
 
 
 def test_four_processes_equal_one(reference, tmp_path):
-    """4 processes x 2 devices, environments in a worker process of process 0. The mesh is
-    data-parallel here (params replicated): FSDP over 4 processes on 2 cores would gather weights
-    over loopback TCP at every decode step (the two-process test covers FSDP across hosts)."""
+    """4 processes x 2 devices, environments in a worker process of process 0, over the first
+    epoch (every stage runs in it; the two-process test covers two epochs and a resume). The mesh
+    is data-parallel here (params replicated): FSDP over 4 processes on 2 cores would gather
+    weights over loopback TCP at every decode step (the two-process test covers FSDP across hosts)."""
     workdir = tmp_path / "run"
     multiprocess.run([*RUN, f"--workdir={workdir}", "--config.episodes.env_workers=1", "--config.mesh.data=-1",
-                      "--config.mesh.fsdp=1"], 4, 2, tmp_path / "logs")
-    _assert_same_results(workdir, reference)
+                      "--config.mesh.fsdp=1", "--config.epochs=1"], 4, 2, tmp_path / "logs")
+    _assert_same_results(workdir, reference, epochs=(0,))
 
 
 def test_evaluation_on_two_processes_equals_one(reference, tmp_path):
