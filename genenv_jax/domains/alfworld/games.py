@@ -136,11 +136,12 @@ def walkthrough(spec: GameSpec) -> list[str]:
             commands.append(f"open {named[r.id]}")
             opened.add(r.id)
 
-    targets = [o for o in instances(spec) if o.type == spec.object and recep[o.receptacle].type != spec.receptacle]
+    objs = instances(spec)
+    targets = [o for o in objs if o.type == spec.object and recep[o.receptacle].type != spec.receptacle]
     count = 2 if spec.task_type == "pick_two_obj_and_place" else 1
     if spec.task_type in ("pick_and_place_simple", "pick_two_obj_and_place"):  # targets already in place count
         count -= min(count, sum(o.type == spec.object and recep[o.receptacle].type == spec.receptacle
-                                for o in instances(spec)))
+                                for o in objs))
     if len(targets) < count:
         raise ValueError(f"{spec.task_type} needs {count} {spec.object} outside any {spec.receptacle}")
     goal = (scene.receptacles_of(spec.receptacle) or [None])[0] if spec.receptacle else None
@@ -154,7 +155,7 @@ def walkthrough(spec: GameSpec) -> list[str]:
             go(appliance)
             commands.append(f"{verb} {named[target.id]} with {named[appliance.id]}")
         if spec.task_type == "look_at_obj_in_light":
-            lamp = next(o for o in instances(spec) if o.type == spec.toggle)
+            lamp = next(o for o in objs if o.type == spec.toggle)
             go(recep[lamp.receptacle])
             commands.append(f"use {named[lamp.id]}")
             continue
