@@ -281,7 +281,11 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--epoch", type=int, default=None, help="with --run_dir: which epoch (default: the latest)")
     p.add_argument("--tokenizer_dir", default=None,
                    help="tokenizer directory (default: --model_dir if it has tokenizer files, else the bundled Qwen2.5)")
-    p.add_argument("--domain", default="bfcl")
+    p.add_argument("--domain", default=None, help="a registered domain (default: the run's with --run_dir, else bfcl)")
+    p.add_argument("--domain_option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a domain option, repeatable (e.g. data_dir=/data/api-bank); VALUE is read as JSON "
+                        "when it parses (numbers, lists, true/false), else as text. With --run_dir the run's own "
+                        "domain options are the defaults")
     p.add_argument("--split", default="test", help="train | validation | test | all")
     p.add_argument("--categories", default=None, help="comma-separated subset of categories")
     p.add_argument("--max_per_category", type=int, default=None)
@@ -298,6 +302,33 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--num_processes", type=int, default=None)
     p.add_argument("--process_id", type=int, default=None)
     return p.parse_args(argv)
+
+
+def domain_options(pairs: Sequence[str], defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """`--domain_option KEY=VALUE` pairs over `defaults`: VALUE as JSON when it parses, else as text."""
+    options = dict(defaults or {})
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"--domain_option {pair!r}: expected KEY=VALUE")
+        try:
+            options[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key.strip()] = value
+    return options
+
+
+def _run_domain(run_dir: str, epoch: int | None) -> tuple[str, dict[str, Any]]:
+    """The domain name and options a run was trained with (from its checkpoint's config snapshot)."""
+    from genenv_jax.checkpointing import Checkpointer
+
+    ckpt = Checkpointer(storage.as_path(run_dir) / "checkpoints", async_save=False)
+    try:
+        epoch = ckpt.latest_epoch() if epoch is None else epoch
+        domain = ckpt.metadata(epoch)["config"].get("domain", {}) if epoch is not None else {}
+    finally:
+        ckpt.close()
+    return domain.get("name", "bfcl"), dict(domain.get("options") or {})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -321,7 +352,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if tok_dir is None and args.model_dir and tokenization.has_tokenizer_files(args.model_dir):
         tok_dir = args.model_dir
     tokenizer = tokenization.load_tokenizer(tok_dir)
-    domain = get_domain(args.domain)
+    run_domain, run_options = _run_domain(args.run_dir, args.epoch) if args.run_dir else ("bfcl", {})
+    name = args.domain or run_domain
+    domain = get_domain(name, **domain_options(args.domain_option, run_options if name == run_domain else None))
     categories = args.categories.split(",") if args.categories else None
     tasks = select_tasks(domain.seeds(args.split), args.max_per_category, categories)
     if not tasks:

@@ -183,3 +183,11 @@ def test_evaluate_runs_multi_turn_episodes(tok):
     assert report.items[0].response_tokens == len(tokenization.encode(tok, "hello")) + len(tokenization.encode(tok, "DONE"))
     one_turn = evaluation.evaluate(domain, domain.seeds("test"), fake, tok, max_turns=1, progress=False)
     assert [it.response for it in one_turn.items] == ["hello"] * 3 and one_turn.summary["overall"] == 0.0
+
+
+def test_domain_options_read_json_values_over_the_run_defaults():
+    got = evaluation.domain_options(["data_dir=/data/api-bank", "max_steps=30", "levels=[1, 2]", "flag=true"],
+                                    {"data_dir": "/old", "keep": 1})
+    assert got == {"data_dir": "/data/api-bank", "max_steps": 30, "levels": [1, 2], "flag": True, "keep": 1}
+    with pytest.raises(SystemExit, match="expected KEY=VALUE"):
+        evaluation.domain_options(["data_dir"])
