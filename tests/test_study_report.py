@@ -7,7 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from genenv_jax.study.report import claims, load_study, main, summarize, write_report
+from genenv_jax.study.report import main, write_report
+from genenv_jax.study.results import claims, load_study, summarize
 
 LEVELS = ["level_1", "level_2", "level_3"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
