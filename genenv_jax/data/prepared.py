@@ -92,7 +92,7 @@ def _read_split(builder, split: str) -> list[Record]:
     import grain
 
     dataset = grain.MapDataset.source(builder.as_data_source(split))
-    rows = [dataset[i] for i in range(len(dataset))]
+    rows = [row for row in (dataset[i] for i in range(len(dataset))) if int(row["index"]) >= 0]
     rows.sort(key=lambda row: int(row["index"]))  # TFDS shuffles by key; restore the source order
     return [json.loads(_text(row["record"])) for row in rows]
 
@@ -109,9 +109,16 @@ def _builder(source: BenchmarkSource, root: Path, cache_root: Path):
         tfds.disable_progress_bar()
     builder_cls = _builder_class(source.name, source.version, source.splits)
     data_dir = cache_root / source.name / fingerprint(root)
-    builder = builder_cls(examples=source.examples, manual_root=root, data_dir=str(data_dir),
-                          file_format="array_record")
-    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=str(root)))
+
+    def make():
+        return builder_cls(examples=source.examples, manual_root=root, data_dir=str(data_dir),
+                           file_format="array_record")
+
+    builder = make()
+    try:
+        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=str(root)))
+    except FileExistsError:  # another process prepared the same download first: read its files
+        builder = make()
     return builder
 
 
@@ -136,8 +143,11 @@ def _builder_class(name: str, version: str, splits: tuple[str, ...]):
             return {split: self._generate_examples(split) for split in splits}
 
         def _generate_examples(self, split):
+            index = -1
             for index, record in enumerate(self._examples(self._manual_root, split)):
                 yield index, {"index": index, "record": json.dumps(record, ensure_ascii=False, sort_keys=True)}
+            if index < 0:  # TFDS refuses to write an empty split: one placeholder row, dropped by _read_split
+                yield -1, {"index": -1, "record": "null"}
 
     Builder.name = name
     Builder.__name__ = Builder.__qualname__ = f"{name}_builder"
