@@ -75,6 +75,12 @@ class EvalItem:
     error_type: str | None
     prompt_tokens: int
     response_tokens: int
+    metrics: dict[str, float] = dataclasses.field(default_factory=dict)  # the score's numeric `metric/*` details
+
+
+def metric_details(details: Mapping[str, Any]) -> dict[str, float]:
+    """The numeric `metric/*` entries of a score's details: the counts a benchmark's own rates are built from."""
+    return {k: float(v) for k, v in details.items() if k.startswith("metric/") and isinstance(v, (int, float))}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +88,7 @@ class EvalReport:
     """Per-category accuracy, the domain's summary, and every item."""
 
     domain: str
-    per_category: dict[str, dict[str, float]]  # {category: {"n", "correct", "accuracy"}}
+    per_category: dict[str, dict[str, float]]  # {category: {"n", "correct", "accuracy", "metric/*" means}}
     summary: dict[str, float]
     items: list[EvalItem]
     config: dict[str, Any]
@@ -108,14 +114,21 @@ def select_tasks(tasks: Sequence[Task], max_per_category: int | None = None,
 
 
 def per_category_accuracy(items: Sequence[EvalItem]) -> dict[str, dict[str, float]]:
-    """{category: {"n", "correct", "accuracy"}}, categories in first-seen order."""
+    """{category: {"n", "correct", "accuracy", and the mean of each `metric/*` detail}}, categories in
+    first-seen order. An item without a metric (a prompt too long to run) counts 0 for it, so a domain's
+    `summary` can rebuild its benchmark's own rates (TravelPlanner's delivery, micro and macro rates)."""
     table: dict[str, dict[str, float]] = {}
+    sums: dict[str, dict[str, float]] = {}
     for it in items:
         row = table.setdefault(it.category, {"n": 0, "correct": 0.0})
         row["n"] += 1
         row["correct"] += it.reward
-    for row in table.values():
+        category_sums = sums.setdefault(it.category, {})
+        for key, value in it.metrics.items():
+            category_sums[key] = category_sums.get(key, 0.0) + value
+    for category, row in table.items():
         row["accuracy"] = row["correct"] / row["n"]
+        row.update({key: total / row["n"] for key, total in sorted(sums[category].items())})
     return table
 
 
@@ -197,7 +210,7 @@ def evaluate(domain: Domain, tasks: Sequence[Task], generate_fn: GenerateFn, tok
             continue
         generated = sum(t["agent_tokens"] - (t["finish"] == FINISH_STOP) for t in ep.turns)
         items.append(EvalItem(task.task_id, task.category, ep.reward, ep.final_text, ep.details.get("error_type"),
-                              len(ep.prompt), generated))
+                              len(ep.prompt), generated, metric_details(ep.details)))
     table = per_category_accuracy(items)
     summarize = getattr(domain, "summary", None)
     summary = summarize(table) if callable(summarize) else default_summary(table)
