@@ -18,7 +18,8 @@ DOMAINS = {"alfworld": "genenv_jax.domains.alfworld:ALFWorldDomain",
            "api_bank": "genenv_jax.domains.api_bank:APIBankDomain",
            "bfcl": "genenv_jax.domains.bfcl:BFCLDomain",
            "bfcl_multiturn": "genenv_jax.domains.bfcl_multiturn:BFCLMultiTurnDomain",
-           "calc": "genenv_jax.domains.calc:CalcDomain"}
+           "calc": "genenv_jax.domains.calc:CalcDomain",
+           "travelplanner": "genenv_jax.domains.travelplanner:TravelPlannerDomain"}
 
 
 def get_domain(name: str, **kwargs: Any) -> Domain:

@@ -1,0 +1,132 @@
+"""Score TravelPlanner plans and print the benchmark's metric table.
+
+    python -m genenv_jax.domains.travelplanner.evaluate --data_dir DIR --plans FILE.jsonl \\
+        [--split validation | --queries validation.csv] [--details verdicts.jsonl] [--json]
+
+DIR is the TravelPlanner download (`python -m genenv_jax.data.download travelplanner --dest DIR`:
+DIR/database and DIR/{train,validation,test}.csv) or the database folder itself. FILE.jsonl holds
+submission records {"idx", "query", "plan"}. With --split (DIR/<split>.csv) or --queries (an official
+CSV, whose row n is idx n) the structured fields and reference information come from the CSV;
+without one each record's query text is parsed (parse_query_text), and flights can only be checked
+against a flights CSV in the database (see reference.lookup_flight for the rule applied otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+from genenv_jax.domains.travelplanner.database import Database, DatabaseError
+from genenv_jax.domains.travelplanner.metrics import evaluate_plan, metric_table
+from genenv_jax.domains.travelplanner.queries import QueryParseError, parse_query_text, query_from_row
+
+LABELS = (("delivery_rate", "Delivery rate"), ("commonsense_micro", "Commonsense micro pass rate"),
+          ("commonsense_macro", "Commonsense macro pass rate"), ("hard_micro", "Hard constraint micro pass rate"),
+          ("hard_macro", "Hard constraint macro pass rate"), ("final_pass_rate", "Final pass rate"))
+
+
+class EvaluationInputError(ValueError):
+    """A plans or queries file that cannot be read (the message names file and line)."""
+
+
+def database_dir(data_dir: Path) -> Path:
+    return data_dir / "database" if (data_dir / "database").is_dir() else data_dir
+
+
+def read_plans(path: Path) -> list[dict]:
+    records = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise EvaluationInputError(f"{path}:{number}: not JSON ({error.msg})") from None
+            if not isinstance(record, dict) or "plan" not in record:
+                raise EvaluationInputError(f"{path}:{number}: a record needs a 'plan' key")
+            records.append(record)
+    return records
+
+
+def read_query_rows(path: Path) -> list[dict]:
+    csv.field_size_limit(sys.maxsize)
+    with path.open(newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def queries_for(records: list[dict], plans_path: Path, queries_path: Path | None) -> list:
+    """The Query of each record: from the CSV row idx (1-based) when given, else from its text."""
+    rows = read_query_rows(queries_path) if queries_path else None
+    queries = []
+    for number, record in enumerate(records, start=1):
+        where = f"{plans_path}:{number}"
+        try:
+            if rows is not None:
+                idx = int(record.get("idx", number))
+                if not 1 <= idx <= len(rows):
+                    raise EvaluationInputError(f"{where}: idx {idx} is outside {queries_path} ({len(rows)} rows)")
+                queries.append(query_from_row(rows[idx - 1]))
+            elif not isinstance(record.get("query"), str):
+                raise EvaluationInputError(f"{where}: no 'query' text and no --queries file")
+            else:
+                queries.append(parse_query_text(record["query"]))
+        except QueryParseError as error:
+            raise EvaluationInputError(f"{where}: {error}") from None
+    return queries
+
+
+def format_table(table: dict[str, float]) -> str:
+    lines = [f"{label:<34}{100 * table[key]:6.2f}%" for key, label in LABELS]
+    lines.append(f"{'plans':<34}{int(table['plans']):7d}")
+    lines.append(f"{'commonsense checks counted':<34}{int(table['commonsense_checks']):7d}")
+    lines.append(f"{'hard constraints counted':<34}{int(table['hard_checks']):7d}")
+    lines.append(f"{'budgets not verifiable (failed)':<34}{int(table['budget_unverifiable']):7d}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data_dir", type=Path, required=True, help="TravelPlanner download (with database/)")
+    parser.add_argument("--plans", type=Path, required=True, help="JSONL of {idx, query, plan}")
+    queries = parser.add_mutually_exclusive_group()
+    queries.add_argument("--split", choices=("train", "validation", "test"), help="read DIR/<split>.csv")
+    queries.add_argument("--queries", type=Path, help="an official query CSV (structured queries)")
+    parser.add_argument("--details", type=Path, help="write each plan's verdict here (JSONL)")
+    parser.add_argument("--json", action="store_true", help="print the table as JSON")
+    args = parser.parse_args(argv)
+    if args.split:
+        args.queries = args.data_dir / f"{args.split}.csv"
+    try:
+        db = Database.load(database_dir(args.data_dir))
+        records = read_plans(args.plans)
+        queries = queries_for(records, args.plans, args.queries)
+    except (DatabaseError, EvaluationInputError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    verdicts = [evaluate_plan(query, record["plan"], db) for query, record in zip(queries, records)]
+    table = metric_table(verdicts)
+    levels = {level: metric_table([v for q, v in zip(queries, verdicts) if q.level == level])
+              for level in ("easy", "medium", "hard") if any(q.level == level for q in queries)}
+    if args.details:
+        with args.details.open("w", encoding="utf-8") as handle:
+            for record, verdict in zip(records, verdicts):
+                handle.write(json.dumps({"idx": record.get("idx"), "delivered": verdict.delivered,
+                                         "commonsense": verdict.commonsense, "hard": verdict.hard,
+                                         "reasons": verdict.reasons}) + "\n")
+    if args.json:
+        print(json.dumps({**table, "by_level": levels}, indent=2))
+    else:
+        print(format_table(table))
+        for level, sub in levels.items():
+            print(f"{level:<8}{int(sub['plans']):4d} plans  delivery {100 * sub['delivery_rate']:6.2f}%  "
+                  f"commonsense macro {100 * sub['commonsense_macro']:6.2f}%  "
+                  f"hard macro {100 * sub['hard_macro']:6.2f}%  final {100 * sub['final_pass_rate']:6.2f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
