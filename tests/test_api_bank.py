@@ -293,24 +293,4 @@ def test_gold_call_replay_figures(monkeypatch, tmp_path, call_format, replay_his
         assert collections.Counter(f"{api}:{reason}" for _, api, reason in misses) == wanted, category
 
 
-# ---------------------------------------------------------------- the loop, end to end (slow)
-@pytest.mark.slow
-def test_tiny_api_bank_run_end_to_end(tmp_path, monkeypatch):
-    pytest.importorskip("genenv_jax.domains.api_bank.executor", reason="the API implementations are not here")
-    from genenv_jax.configs import api_bank as config_module
-    from genenv_jax.loop import CoEvolution
-    from genenv_jax.run_config import RunConfig
-
-    monkeypatch.setenv("GENENV_CACHE", str(tmp_path / "cache"))
-    c = config_module.get_config("tiny")
-    assert c.domain.options.data_dir == str(FIXTURES)
-    c.epochs = 1
-    c.warmstart.enabled = False
-    c.agent.sampling.update(max_new_tokens=8)
-    c.simulator.sampling.update(max_new_tokens=16)
-    c.log.progress_bars = False
-    rows = CoEvolution(RunConfig.from_config_dict(c), tmp_path / "run").run()
-    assert [r["epoch"] for r in rows] == [0]
-    row = rows[0]
-    assert row["generated"] == sum(v for k, v in row.items() if k.startswith("rejected/")) + row["tasks"]
-    assert row["replayed_tasks"] == 2 and "agent/loss" in row
+# The tiny preset's loop, end to end from the command line: tests/test_benchmark_loops.py.

@@ -42,6 +42,26 @@ def test_paper_setup_needs_only_the_agent_model_dir_when_the_simulator_shares_it
     assert RunConfig.from_config_dict(tiny, num_devices=8).simulator.preset == "micro"
 
 
+@pytest.mark.parametrize("name", ["bfcl", "bfcl_multiturn", "alfworld", "api_bank", "bamboogle", "travelplanner"])
+@pytest.mark.parametrize("preset", ["7b", "tiny"])
+def test_every_benchmark_config_validates_and_its_options_build_the_domain(name, preset, tmp_path):
+    """Each packaged benchmark config, both presets: the typed config accepts it and the domain's
+    constructor accepts its options (data is read later, on first use)."""
+    import importlib
+
+    from genenv_jax.domains import get_domain
+
+    c = importlib.import_module(f"genenv_jax.configs.{name}").get_config(preset)
+    if preset == "7b":
+        (tmp_path / "config.json").write_text("{}")
+        c.agent.model_dir = str(tmp_path)
+    run = RunConfig.from_config_dict(c, num_devices=8 if preset == "7b" else 1)   # tiny: a laptop's one CPU device
+    assert run.domain.name == name
+    if name == "alfworld":
+        pytest.importorskip("alfworld", reason="the optional ALFWorld engine is not installed (make alfworld)")
+    get_domain(name, **dict(run.domain.options))
+
+
 @pytest.mark.parametrize("key,value,message", [
     ("curriculum.alpha", 1.5, r"config.curriculum: alpha .* \(0, 1\)"),
     ("mode", "sometimes", r"config.mode='sometimes': expected one of genenv, random, static"),

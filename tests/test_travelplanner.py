@@ -336,28 +336,4 @@ def test_evaluation_cli_path_reports_the_six_rates(domain):
                               "final_pass_easy": 0.0, "final_pass_medium": 1.0, "final_pass_hard": 1.0}
 
 
-# ---------------------------------------------------------------- the loop
-@pytest.mark.slow
-def test_tiny_travelplanner_run_end_to_end(cache, tmp_path):
-    from genenv_jax.configs import travelplanner as config_module
-    from genenv_jax.loop import CoEvolution
-    from genenv_jax.run_config import RunConfig
-
-    c = config_module.get_config("tiny")
-    c.domain.options.data_dir = str(FIXTURE)
-    c.domain.options.max_steps = 2
-    c.epochs = 1
-    c.warmstart.enabled = False  # (its demonstrations are the reference turns tested above)
-    c.agent.sampling.update(max_new_tokens=8)
-    c.simulator.sampling.update(max_new_tokens=16)
-    c.episodes.update(max_turns=2, max_total_tokens=2304)
-    c.log.progress_bars = False
-    rows = CoEvolution(RunConfig.from_config_dict(c), tmp_path / "run").run()
-    assert [r["epoch"] for r in rows] == [0]
-    row = rows[0]
-    # A random tiny simulator writes no valid query: every generation is rejected with a counted reason.
-    assert row["generated"] == sum(v for k, v in row.items() if k.startswith("rejected/")) + row["tasks"]
-    assert row["replayed_tasks"] == 2 and "agent/loss" in row
-    assert row["episodes/turns_mean"] >= 1
-    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [m["epoch"] for m in metrics] == [0]
+# The tiny preset's loop, end to end from the command line: tests/test_benchmark_loops.py.
