@@ -16,6 +16,7 @@ from genenv_jax.domains.base import (
 # name -> "module:class"
 DOMAINS = {"alfworld": "genenv_jax.domains.alfworld:ALFWorldDomain",
            "api_bank": "genenv_jax.domains.api_bank:APIBankDomain",
+           "bamboogle": "genenv_jax.domains.bamboogle:BamboogleDomain",
            "bfcl": "genenv_jax.domains.bfcl:BFCLDomain",
            "bfcl_multiturn": "genenv_jax.domains.bfcl_multiturn:BFCLMultiTurnDomain",
            "calc": "genenv_jax.domains.calc:CalcDomain",
