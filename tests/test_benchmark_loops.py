@@ -23,10 +23,13 @@ BENCHMARKS = {
     "api_bank": [],
     "bamboogle": [],
     "travelplanner": [f"--config.domain.options.data_dir={FIXTURES / 'travelplanner' / 'domain'}",
-                      "--config.domain.options.max_steps=2", "--config.episodes.max_turns=2",
+                      "--config.domain.options.max_steps=2", "--config.episodes.max_turns=1",
                       "--config.episodes.max_total_tokens=2304"],
 }
 SHARED_OVERRIDES = ["--config.epochs=1", "--config.warmstart.enabled=False",  # warm-start: tested per domain
+                    # one seed and one replayed task per epoch: 2 tasks x 2 rollouts, one GRPO step on 2 tasks
+                    "--config.seeds_per_epoch=1", "--config.replay.tasks_per_epoch=1",
+                    "--config.agent.train.tasks_per_step=2", "--config.simulator.train.tasks_per_step=1",
                     "--config.agent.sampling.max_new_tokens=8", "--config.simulator.sampling.max_new_tokens=16",
                     "--config.log.progress_bars=False"]
 
@@ -45,6 +48,6 @@ def test_tiny_preset_runs_the_loop_from_the_command_line(name, tmp_path):
     row = rows[-1]
     # Every simulator generation is either a task or a rejection with a counted reason.
     assert row["generated"] == sum(v for k, v in row.items() if k.startswith("rejected/")) + row["tasks"]
-    assert row["replayed_tasks"] == 2 and row["agent/steps"] == 1 and "agent/loss" in row
+    assert row["replayed_tasks"] == 1 and row["agent/steps"] == 1 and "agent/loss" in row
     assert row["episodes/turns_mean"] >= 1
     assert (workdir / "checkpoints" / "0").is_dir() and (workdir / "summary.md").is_file()
