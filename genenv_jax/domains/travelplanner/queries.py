@@ -142,41 +142,34 @@ def _parse_budget(text: str) -> int:
     return int(m.group(1).replace(",", ""))
 
 
-def _parse_house_rule(text: str) -> str | None:
+# Ordered (pattern, value) rules: the first pattern found in the lower-cased query text gives the value.
+_HOUSE_RULES = ((r"\bchild|\bkids?\b", "children under 10"), (r"\bpets?\b|pet-friendly", "pets"),
+                (r"\bpart(y|ies)\b(?! of)", "parties"), (r"\bsmok", "smoking"), (r"\bvisitor", "visitors"))
+_ROOM_TYPES = ((r"\bprivate rooms?\b", "private room"),
+               (r"\bentire (rooms?|homes?|apartments?|places?)\b", "entire room"),
+               (r"non-shared|not shared|neither shared|no shared|not be shared|not a shared", "not shared room"),
+               (r"\bshared rooms?\b", "shared room"))
+_TRANSPORTATION = ((r"\bflights?\b|\bfly(ing)?\b|flight-based|air travel|\bairlines?\b|\bairplanes?\b|\bplanes?\b",
+                    "no flight"),
+                   (r"self-driv|self driv|\bdrive ourselves|\bdriving ourselves|\bdrive\b|\bdriving\b",
+                    "no self-driving"))
+
+
+def _first_match(text: str, rules: tuple[tuple[str, str], ...]) -> str | None:
     low = text.lower()
-    if re.search(r"\bchild|\bkids?\b", low):
-        return "children under 10"
-    if re.search(r"\bpets?\b|pet-friendly", low):
-        return "pets"
-    if re.search(r"\bpart(y|ies)\b(?! of)", low):
-        return "parties"
-    if re.search(r"\bsmok", low):
-        return "smoking"
-    if re.search(r"\bvisitor", low):
-        return "visitors"
-    return None
+    return next((value for pattern, value in rules if re.search(pattern, low)), None)
+
+
+def _parse_house_rule(text: str) -> str | None:
+    return _first_match(text, _HOUSE_RULES)
 
 
 def _parse_room_type(text: str) -> str | None:
-    low = text.lower()
-    if re.search(r"\bprivate rooms?\b", low):
-        return "private room"
-    if re.search(r"\bentire (rooms?|homes?|apartments?|places?)\b", low):
-        return "entire room"
-    if re.search(r"non-shared|not shared|neither shared|no shared|not be shared|not a shared", low):
-        return "not shared room"
-    if re.search(r"\bshared rooms?\b", low):
-        return "shared room"
-    return None
+    return _first_match(text, _ROOM_TYPES)
 
 
 def _parse_transportation(text: str) -> str | None:
-    low = text.lower()
-    if re.search(r"\bflights?\b|\bfly(ing)?\b|flight-based|air travel|\bairlines?\b|\bairplanes?\b|\bplanes?\b", low):
-        return "no flight"
-    if re.search(r"self-driv|self driv|\bdrive ourselves|\bdriving ourselves|\bdrive\b|\bdriving\b", low):
-        return "no self-driving"
-    return None
+    return _first_match(text, _TRANSPORTATION)
 
 
 def _parse_cuisines(text: str) -> list[str] | None:
