@@ -14,31 +14,51 @@ from typing import Any, Mapping
 import textworld
 from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
 from textworld.envs.pddl import PddlEnv
+from textworld.logic import Proposition
 
 VERIFY_REASONS = ("engine_error", "already_won", "unsolvable", "too_long", "expert_timeout")
 
+Fact = tuple[str, ...]  # ('inreceptacle', 'mug 1', 'countertop 1'): predicate, then the demangled names
+
+
+def fact_tuple(fact: Proposition) -> Fact:
+    """An engine fact with the names the text prints: the predicate (lower case, as the PDDL
+    translator writes it) and its arguments as AlfredDemangler names them ('mug 1', 'loc 3')."""
+    return (fact.name.lower(), *(arg.name.strip().lower() for arg in fact.arguments))
+
 
 class Game:
-    """One running game: `reset()` -> first observation; `step(command)` -> (feedback, won)."""
+    """One running game: `reset()` -> first observation; `step(command)` -> (feedback, won).
 
-    def __init__(self, game: Mapping[str, Any] | str, want_walkthrough: bool = False):
+    `want_facts=True` also keeps `facts`, the PDDL facts of the current state as `fact_tuple`s
+    (off by default: the other callers need only `won` and the admissible commands)."""
+
+    def __init__(self, game: Mapping[str, Any] | str, want_walkthrough: bool = False, want_facts: bool = False):
         extras = ["walkthrough"] if want_walkthrough else []
-        self.env = AlfredDemangler(PddlEnv(textworld.EnvInfos(won=True, admissible_commands=True, extras=extras)))
+        infos = textworld.EnvInfos(won=True, admissible_commands=True, facts=want_facts, extras=extras)
+        self.env = AlfredDemangler(PddlEnv(infos))
         self.env.load(dict(game) if isinstance(game, Mapping) else game)
+        self.want_facts = want_facts
         self.won = False
         self.admissible: list[str] = []
+        self.facts: frozenset[Fact] = frozenset()
         self.walkthrough: list[str] | None = None
 
     def reset(self) -> str:
         state = self.env.reset()
-        self.won, self.admissible = bool(state["won"]), list(state["admissible_commands"])
+        self._read(state)
         self.walkthrough = state.get("extra.walkthrough")
         return state.feedback
 
     def step(self, command: str) -> str:
         state, _, _ = self.env.step(command)
-        self.won, self.admissible = bool(state["won"]), list(state["admissible_commands"])
+        self._read(state)
         return state.feedback
+
+    def _read(self, state) -> None:
+        self.won, self.admissible = bool(state["won"]), list(state["admissible_commands"])
+        if self.want_facts:
+            self.facts = frozenset(map(fact_tuple, state["facts"]))
 
     def close(self) -> None:
         self.env.close()
