@@ -43,6 +43,7 @@ class PromptSettings:
     max_history: int = 4
     reasoning: bool = True
     max_state_chars: int = 600   # a very long state (a room's full description) is cut from its middle
+    max_demo_state_chars: int = 240  # a demo's (and a history step's) state: shorter, context only
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +66,7 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _demo_block(i: int, demo: Transition, s: PromptSettings) -> str:
-    return (f"Example {i}:\nState: {_clip(demo.state, s.max_state_chars)}\nAction: {demo.action or '(none)'}\n"
+    return (f"Example {i}:\nState: {_clip(demo.state, s.max_demo_state_chars)}\nAction: {demo.action or '(none)'}\n"
             f"Next state: {_clip(demo.next_state, s.max_state_chars)}\nReward: {int(demo.reward >= 0.5)}")
 
 
@@ -80,7 +81,7 @@ def prompt(task: str, history: Sequence[Sequence[str]], state: str, action: str,
     if shown:
         skipped = len(history) - len(shown)
         lines = [f"({skipped} earlier steps not shown)"] if skipped else []
-        lines += [f"State: {_clip(st, s.max_state_chars)}\nAction: {a or '(none)'}" for st, a in shown]
+        lines += [f"State: {_clip(st, s.max_demo_state_chars)}\nAction: {a or '(none)'}" for st, a in shown]
         parts.append("Episode so far:\n" + "\n".join(lines))
     parts.append(f"Current state: {_clip(state, s.max_state_chars)}\nAction: {action or '(none)'}")
     return ChatPrompt(messages=[{"role": "system", "content": SYSTEM if s.reasoning else SYSTEM_NO_REASONING},

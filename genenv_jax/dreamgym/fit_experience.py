@@ -1,0 +1,232 @@
+"""Fits an experience model on real ALFWorld transitions and measures it on held-out games:
+next-state exact match and reward accuracy against the trivial baselines (repeat the current state;
+"Nothing happens.").
+
+    python -m genenv_jax.dreamgym.fit_experience --workdir=runs/experience [--steps=300 ...]
+
+Train transitions come from the generated train games (expert walkthroughs + random admissible and
+inadmissible actions), held-out ones from the validation games (other placements, other tasks), so
+no held-out game is ever seen in training. The tokenizer is a small SentencePiece model trained on
+the train transitions' texts (as the study's miniature models do); the model a random `study-*`
+preset. Retrieval keys on the model's initial weights (a fixed embedding: stored vectors never go
+stale when the model trains). Writes `results.json` and prints the table."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Sequence
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory (games cache, tokenizer, results.json).",
+                               required=True)
+_TRAIN_GAMES = flags.DEFINE_integer("train_games", 16, "Generated ALFWorld train games to collect from.")
+_HELDOUT_GAMES = flags.DEFINE_integer("heldout_games", 6, "Generated validation games held out for scoring.")
+_TASK_TYPES = flags.DEFINE_list("task_types", ["pick_and_place_simple", "pick_clean_then_place_in_recep",
+                                               "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep"],
+                                "ALFWorld task types of the games.")
+_RANDOM_PER_TASK = flags.DEFINE_integer("random_per_task", 2, "Random-action episodes per game.")
+_RANDOM_STEPS = flags.DEFINE_integer("random_steps", 12, "Steps per random episode.")
+_INVALID_PROB = flags.DEFINE_float("invalid_prob", 0.15, "Share of inadmissible commands in random episodes.")
+_PRESET = flags.DEFINE_string("preset", "study-1m", "Model preset (random init).")
+_VOCAB = flags.DEFINE_integer("vocab_size", 512, "SentencePiece vocabulary of the small tokenizer.")
+_STEPS = flags.DEFINE_integer("steps", 300, "SFT steps.")
+_BATCH = flags.DEFINE_integer("batch_size", 8, "SFT rows per step.")
+_LR = flags.DEFINE_float("learning_rate", 1e-3, "SFT learning rate.")
+_TOP_K = flags.DEFINE_integer("top_k", 3, "Retrieved real transitions per prompt (0: no retrieval).")
+_REASONING = flags.DEFINE_bool("reasoning", True, "Train and ask for a reasoning before the next state.")
+_MAX_HISTORY = flags.DEFINE_integer("max_history", 2, "Earlier steps shown in the prompt.")
+_MAX_PROMPT = flags.DEFINE_integer("max_prompt_len", 768, "Prompt token cap (demos, then history dropped to fit).")
+_MAX_NEW = flags.DEFINE_integer("max_new_tokens", 192, "Reply token cap.")
+_MAX_HELDOUT = flags.DEFINE_integer("max_heldout", 200, "Held-out transitions scored (a seeded sample).")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the collection, the init and the SFT order.")
+
+
+@dataclasses.dataclass(frozen=True)
+class FitSettings:
+    train_games: int
+    heldout_games: int
+    task_types: tuple[str, ...]
+    random_per_task: int
+    random_steps: int
+    invalid_prob: float
+    preset: str
+    vocab_size: int
+    steps: int
+    batch_size: int
+    learning_rate: float
+    top_k: int
+    reasoning: bool
+    max_history: int
+    max_prompt_len: int
+    max_new_tokens: int
+    max_heldout: int
+    seed: int
+
+
+def collect_split(domain, split: str, s: FitSettings):
+    """Real transitions of a split's games: each game's expert walkthrough and random episodes."""
+    from genenv_jax.domains.alfworld.transitions import collect
+
+    tasks = domain.seeds(split)
+    return collect(domain, tasks, random_per_task=s.random_per_task, rng=random.Random(f"{s.seed}/{split}"),
+                   random_steps=s.random_steps, invalid_prob=s.invalid_prob)
+
+
+def tokenizer_texts(transitions, settings) -> list[str]:
+    """Every train prompt (without demos) and reply rendered in the chat format, plus the raw states."""
+    from genenv_jax.dreamgym import experience_model
+    from genenv_jax.small_tokenizer import _TemplateOnly
+    from genenv_jax.tokenization import IM_END, render_chat
+
+    template = _TemplateOnly()
+    texts = []
+    for t in transitions:
+        p = experience_model.transition_prompt(t, [], settings)
+        texts.append(render_chat(template, p.messages, None, add_generation_prompt=True)
+                     + experience_model.target(t, settings) + IM_END + "\n")
+    return texts
+
+
+def run(s: FitSettings, workdir: Path) -> dict:
+    import jax
+    import numpy as np
+
+    from genenv_jax.chat_text import ChatText
+    from genenv_jax.domains.alfworld.domain import ALFWorldDomain
+    from genenv_jax.dreamgym import experience_model, training
+    from genenv_jax.dreamgym.embedding import Embedder, transition_key_text
+    from genenv_jax.dreamgym.predictor import Predictor, Query, Retrieval, accuracy, baseline_predictions
+    from genenv_jax.dreamgym.replay import ReplayBuffer
+    from genenv_jax.models import init_params, preset
+    from genenv_jax.pools import Pool
+    from genenv_jax.rl import OptimizerConfig, RWRConfig, make_optimizer, make_rwr_step
+    from genenv_jax.sampling import Sampler
+    from genenv_jax.small_tokenizer import train_small_tokenizer
+
+    t0 = time.time()
+    domain = ALFWorldDomain(games={"train": s.train_games, "validation": s.heldout_games, "test": 0},
+                            task_types=s.task_types, admissible="first_turn", cache_dir=str(workdir / "games"))
+    train_t, heldout_t = collect_split(domain, "train", s), collect_split(domain, "validation", s)
+    rng = random.Random(s.seed)
+    scored = sorted(rng.sample(range(len(heldout_t)), min(s.max_heldout, len(heldout_t))))
+    heldout_t = [heldout_t[i] for i in scored]
+    t_collect = time.time() - t0
+
+    prompt_settings = experience_model.PromptSettings(max_history=s.max_history, reasoning=s.reasoning)
+    tok_dir = workdir / f"tokenizer-{s.vocab_size}"
+    if not (tok_dir / "tokenizer.json").is_file():
+        staging = workdir / f".tokenizer-{os.getpid()}"
+        train_small_tokenizer(tokenizer_texts(train_t, prompt_settings), staging, vocab_size=s.vocab_size)
+        staging.rename(tok_dir)
+    text = ChatText.load(str(tok_dir))
+
+    cfg = preset(s.preset, param_dtype="float32", dtype="float32")
+    params = init_params(cfg, jax.random.key(s.seed))
+    embedder = Embedder(cfg, jax.tree.map(lambda x: x.copy(), params), text)  # frozen: SFT donates `params`
+    pool_root = workdir / "replay"  # rebuilt every run: embedding the train transitions takes seconds
+    shutil.rmtree(pool_root, ignore_errors=True)
+    buffer = ReplayBuffer(Pool(pool_root, "replay"))
+    buffer.add(train_t, embedder([transition_key_text(t) for t in train_t]))
+    buffer.commit(0)
+    retrieval = Retrieval(buffer, embedder, top_k=s.top_k) if s.top_k > 0 else None
+
+    rows = training.sft_rows(text, train_t, retrieval, prompt_settings, s.max_prompt_len)
+    sft = make_rwr_step(cfg, make_optimizer(OptimizerConfig(learning_rate=s.learning_rate, weight_decay=0.0,
+                                                            grad_clip=1.0)),
+                        RWRConfig(reward_lambda=0.0, weight_norm="none", kl_coef=0.0, chunk_size=64))
+    train_fn, state_of = training.bare_sft(sft)
+    t1 = time.time()
+    state, sft_metrics = training.train(train_fn, state_of(params), rows, steps=s.steps, batch_size=s.batch_size,
+                                        rows_multiple=1, seed=s.seed, pad_id=text.pad_id, show_progress=True)
+    params = state.params
+    t_train = time.time() - t1
+
+    sampler = Sampler(cfg, pad_id=text.pad_id)
+    placed = sampler.prepare_params(params)
+
+    def sample(prompts, seed):
+        return sampler.generate(placed, prompts, max_new_tokens=s.max_new_tokens, temperature=0.0, seed=seed,
+                                stop_tokens=text.stop_ids, slots=min(64, len(prompts)))
+
+    predictor = Predictor(text, sample, prompt_settings, retrieval, s.max_prompt_len)
+    t2 = time.time()
+    predictions, counts = predictor.predict([Query.of(t) for t in heldout_t], seed=0)
+    t_eval = time.time() - t2
+    results = {
+        "settings": dataclasses.asdict(s),
+        "data": {"train_transitions": len(train_t), "heldout_transitions": len(heldout_t),
+                 "train_sources": _counts(t.source for t in train_t),
+                 "heldout_sources": _counts(t.source for t in heldout_t),
+                 "heldout_invalid": sum(not t.valid for t in heldout_t),
+                 "heldout_reward_1": sum(t.reward >= 0.5 for t in heldout_t), "sft_rows": len(rows),
+                 "prompt_tokens_mean": float(np.mean([len(r.prompt) for r in rows])),
+                 "prompt_tokens_max": max(len(r.prompt) for r in rows),
+                 "reply_tokens_mean": float(np.mean([len(r.response) for r in rows])),
+                 "reply_tokens_max": max(len(r.response) for r in rows)},
+        "experience_model": accuracy(heldout_t, predictions) | _by_kind(heldout_t, predictions, accuracy),
+        "baseline_repeat": accuracy(heldout_t, baseline_predictions(heldout_t, "repeat")),
+        "baseline_nothing": accuracy(heldout_t, baseline_predictions(heldout_t, "nothing")),
+        "sft": sft_metrics, "prediction_failures": counts,
+        "seconds": {"collect": t_collect, "train": t_train, "evaluate": t_eval, "total": time.time() - t0},
+        "examples": [{"state": t.state[-200:], "action": t.action, "want": t.next_state, "got": p.next_state,
+                      "reward": [t.reward, p.reward], "reasoning": p.reasoning}
+                     for t, p in list(zip(heldout_t, predictions))[:12]],
+    }
+    return results
+
+
+def _counts(values) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def _by_kind(transitions: Sequence, predictions: Sequence, score) -> dict[str, float]:
+    """The same scores on the valid, invalid and reward-1 transitions alone."""
+    out = {}
+    for kind, keep in (("valid", lambda t: t.valid), ("invalid", lambda t: not t.valid),
+                       ("reward_1", lambda t: t.reward >= 0.5)):
+        pairs = [(t, p) for t, p in zip(transitions, predictions) if keep(t)]
+        if pairs:
+            scores = score([t for t, _ in pairs], [p for _, p in pairs])
+            out |= {f"{kind}/{k}": v for k, v in scores.items() if k != "parse_rate"}
+    return out
+
+
+def table(results: dict) -> str:
+    rows = [("experience model", results["experience_model"]), ("repeat the state", results["baseline_repeat"]),
+            ("\"Nothing happens.\"", results["baseline_nothing"])]
+    lines = ["| predictor | next-state exact | reward accuracy | parsed |", "|---|---|---|---|"]
+    lines += [f"| {name} | {r['next_state_exact']:.3f} | {r['reward_accuracy']:.3f} | {r['parse_rate']:.3f} |"
+              for name, r in rows]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str]) -> None:
+    del argv
+    s = FitSettings(train_games=_TRAIN_GAMES.value, heldout_games=_HELDOUT_GAMES.value,
+                    task_types=tuple(_TASK_TYPES.value), random_per_task=_RANDOM_PER_TASK.value,
+                    random_steps=_RANDOM_STEPS.value, invalid_prob=_INVALID_PROB.value, preset=_PRESET.value,
+                    vocab_size=_VOCAB.value, steps=_STEPS.value, batch_size=_BATCH.value, learning_rate=_LR.value,
+                    top_k=_TOP_K.value, reasoning=_REASONING.value, max_history=_MAX_HISTORY.value,
+                    max_prompt_len=_MAX_PROMPT.value, max_new_tokens=_MAX_NEW.value, max_heldout=_MAX_HELDOUT.value,
+                    seed=_SEED.value)
+    workdir = Path(_WORKDIR.value)
+    workdir.mkdir(parents=True, exist_ok=True)
+    results = run(s, workdir)
+    (workdir / "results.json").write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    print(table(results))
+    print(f"results: {workdir / 'results.json'}")
+
+
+if __name__ == "__main__":
+    app.run(main)
