@@ -14,9 +14,10 @@ pytest.importorskip("fast_downward", reason=EXTRA)
 
 from genenv_jax.dreamgym import fit_experience  # noqa: E402
 
-pytestmark = pytest.mark.slow
 
 
+
+@pytest.mark.slow
 def test_fit_and_score_on_held_out_games(tmp_path):
     s = fit_experience.FitSettings(
         train_games=2, heldout_games=1, task_types=("pick_and_place_simple",), random_per_task=1, random_steps=4,
@@ -35,3 +36,13 @@ def test_fit_and_score_on_held_out_games(tmp_path):
     assert sum(results["prediction_failures"].values()) == round((1 - model["parse_rate"]) * n)
     assert results["sft"]["experience/sft_rows"] == data["sft_rows"]
     assert "| experience model |" in fit_experience.table(results)
+
+
+def test_importing_the_command_leaves_the_main_programs_flags_alone():
+    """fit_experience defines its flags only when run as a program (else importing it beside
+    genenv_jax.main, as pytest workers do, fails with DuplicateFlagError on --workdir)."""
+    import importlib
+
+    from absl import flags
+    importlib.import_module("genenv_jax.main")  # defines --workdir and --config
+    assert "train_games" not in flags.FLAGS and "workdir" in flags.FLAGS

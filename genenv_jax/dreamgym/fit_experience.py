@@ -14,6 +14,7 @@ stale when the model trains). Writes `results.json` and prints the table."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import random
@@ -25,28 +26,33 @@ from typing import Sequence
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory (games cache, tokenizer, results.json).",
-                               required=True)
-_TRAIN_GAMES = flags.DEFINE_integer("train_games", 16, "Generated ALFWorld train games to collect from.")
-_HELDOUT_GAMES = flags.DEFINE_integer("heldout_games", 6, "Generated validation games held out for scoring.")
-_TASK_TYPES = flags.DEFINE_list("task_types", ["pick_and_place_simple", "pick_clean_then_place_in_recep",
-                                               "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep"],
-                                "ALFWorld task types of the games.")
-_RANDOM_PER_TASK = flags.DEFINE_integer("random_per_task", 2, "Random-action episodes per game.")
-_RANDOM_STEPS = flags.DEFINE_integer("random_steps", 12, "Steps per random episode.")
-_INVALID_PROB = flags.DEFINE_float("invalid_prob", 0.15, "Share of inadmissible commands in random episodes.")
-_PRESET = flags.DEFINE_string("preset", "study-1m", "Model preset (random init).")
-_VOCAB = flags.DEFINE_integer("vocab_size", 512, "SentencePiece vocabulary of the small tokenizer.")
-_STEPS = flags.DEFINE_integer("steps", 300, "SFT steps.")
-_BATCH = flags.DEFINE_integer("batch_size", 8, "SFT rows per step.")
-_LR = flags.DEFINE_float("learning_rate", 1e-3, "SFT learning rate.")
-_TOP_K = flags.DEFINE_integer("top_k", 3, "Retrieved real transitions per prompt (0: no retrieval).")
-_REASONING = flags.DEFINE_bool("reasoning", True, "Train and ask for a reasoning before the next state.")
-_MAX_HISTORY = flags.DEFINE_integer("max_history", 2, "Earlier steps shown in the prompt.")
-_MAX_PROMPT = flags.DEFINE_integer("max_prompt_len", 768, "Prompt token cap (demos, then history dropped to fit).")
-_MAX_NEW = flags.DEFINE_integer("max_new_tokens", 192, "Reply token cap.")
-_MAX_HELDOUT = flags.DEFINE_integer("max_heldout", 200, "Held-out transitions scored (a seeded sample).")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of the collection, the init and the SFT order.")
+
+
+def define_flags() -> None:
+    """The command line's flags: defined only when this module runs as a program, so importing it
+    (tests, notebooks) never clashes with the main program's flags."""
+    flags.DEFINE_string("workdir", None, "Output directory (games cache, tokenizer, results.json).",
+                        required=True)
+    flags.DEFINE_integer("train_games", 16, "Generated ALFWorld train games to collect from.")
+    flags.DEFINE_integer("heldout_games", 6, "Generated validation games held out for scoring.")
+    flags.DEFINE_list("task_types", ["pick_and_place_simple", "pick_clean_then_place_in_recep",
+                                     "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep"],
+                      "ALFWorld task types of the games.")
+    flags.DEFINE_integer("random_per_task", 2, "Random-action episodes per game.")
+    flags.DEFINE_integer("random_steps", 12, "Steps per random episode.")
+    flags.DEFINE_float("invalid_prob", 0.15, "Share of inadmissible commands in random episodes.")
+    flags.DEFINE_string("preset", "study-1m", "Model preset (random init).")
+    flags.DEFINE_integer("vocab_size", 512, "SentencePiece vocabulary of the small tokenizer.")
+    flags.DEFINE_integer("steps", 300, "SFT steps.")
+    flags.DEFINE_integer("batch_size", 8, "SFT rows per step.")
+    flags.DEFINE_float("learning_rate", 1e-3, "SFT learning rate.")
+    flags.DEFINE_integer("top_k", 3, "Retrieved real transitions per prompt (0: no retrieval).")
+    flags.DEFINE_bool("reasoning", True, "Train and ask for a reasoning before the next state.")
+    flags.DEFINE_integer("max_history", 2, "Earlier steps shown in the prompt.")
+    flags.DEFINE_integer("max_prompt_len", 768, "Prompt token cap (demos, then history dropped to fit).")
+    flags.DEFINE_integer("max_new_tokens", 192, "Reply token cap.")
+    flags.DEFINE_integer("max_heldout", 200, "Held-out transitions scored (a seeded sample).")
+    flags.DEFINE_integer("seed", 0, "Seed of the collection, the init and the SFT order.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,10 +127,13 @@ def run(s: FitSettings, workdir: Path) -> dict:
     t_collect = time.time() - t0
 
     prompt_settings = experience_model.PromptSettings(max_history=s.max_history, reasoning=s.reasoning)
-    tok_dir = workdir / f"tokenizer-{s.vocab_size}"
+    texts = tokenizer_texts(train_t, prompt_settings)
+    digest = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:12]
+    tok_dir = workdir / f"tokenizer-{s.vocab_size}-{digest}"  # trained once per set of texts
     if not (tok_dir / "tokenizer.json").is_file():
         staging = workdir / f".tokenizer-{os.getpid()}"
-        train_small_tokenizer(tokenizer_texts(train_t, prompt_settings), staging, vocab_size=s.vocab_size)
+        shutil.rmtree(staging, ignore_errors=True)
+        train_small_tokenizer(texts, staging, vocab_size=s.vocab_size)
         staging.rename(tok_dir)
     text = ChatText.load(str(tok_dir))
 
@@ -213,14 +222,14 @@ def table(results: dict) -> str:
 
 def main(argv: Sequence[str]) -> None:
     del argv
-    s = FitSettings(train_games=_TRAIN_GAMES.value, heldout_games=_HELDOUT_GAMES.value,
-                    task_types=tuple(_TASK_TYPES.value), random_per_task=_RANDOM_PER_TASK.value,
-                    random_steps=_RANDOM_STEPS.value, invalid_prob=_INVALID_PROB.value, preset=_PRESET.value,
-                    vocab_size=_VOCAB.value, steps=_STEPS.value, batch_size=_BATCH.value, learning_rate=_LR.value,
-                    top_k=_TOP_K.value, reasoning=_REASONING.value, max_history=_MAX_HISTORY.value,
-                    max_prompt_len=_MAX_PROMPT.value, max_new_tokens=_MAX_NEW.value, max_heldout=_MAX_HELDOUT.value,
-                    seed=_SEED.value)
-    workdir = Path(_WORKDIR.value)
+    f = FLAGS
+    s = FitSettings(train_games=f.train_games, heldout_games=f.heldout_games, task_types=tuple(f.task_types),
+                    random_per_task=f.random_per_task, random_steps=f.random_steps, invalid_prob=f.invalid_prob,
+                    preset=f.preset, vocab_size=f.vocab_size, steps=f.steps, batch_size=f.batch_size,
+                    learning_rate=f.learning_rate, top_k=f.top_k, reasoning=f.reasoning, max_history=f.max_history,
+                    max_prompt_len=f.max_prompt_len, max_new_tokens=f.max_new_tokens, max_heldout=f.max_heldout,
+                    seed=f.seed)
+    workdir = Path(f.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     results = run(s, workdir)
     (workdir / "results.json").write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
@@ -229,4 +238,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)
