@@ -19,6 +19,7 @@ pytest.importorskip("textworld", reason=EXTRA)
 pytest.importorskip("fast_downward", reason=EXTRA)
 
 from genenv_jax.domains.alfworld import ALFWorldDomain, engine, specs  # noqa: E402
+from genenv_jax.domains.alfworld import reasoning as rs  # noqa: E402
 from genenv_jax.domains.alfworld import transitions as tr  # noqa: E402
 from genenv_jax.domains.alfworld.episode import NOTHING, ALFWorldEnvironment  # noqa: E402
 from genenv_jax.domains.alfworld.games import compile_game  # noqa: E402
@@ -120,7 +121,7 @@ def test_heat_game_opens_heats_and_explains_every_refusal(domain):
     game.reset()
     checked = 0
     for step in steps:
-        world = tr._World(game.facts)
+        world = rs._World(game.facts)
         names = sorted(world.receptacles | world.objects)
         commands = {"look", "inventory", "help"}
         for x in names:
@@ -130,7 +131,7 @@ def test_heat_game_opens_heats_and_explains_every_refusal(domain):
                           ("clean", "with"), ("slice", "with"))}
         assert set(game.admissible) <= commands
         for command in sorted(commands):
-            reason = tr.unmet_precondition(game.facts, command)
+            reason = rs.unmet_precondition(game.facts, command)
             assert (reason == "") == (command in game.admissible), (step.step, command, reason)
             checked += 1
         game.step(step.action)
@@ -237,27 +238,27 @@ def _with(facts, add=(), remove=()):
 
 def test_change_reasoning_on_hand_made_facts():
     at_counter = _with(KITCHEN, [("atlocation", "agent1", "loc 2")], [("atlocation", "agent1", "loc 1")])
-    assert tr.change_clauses(KITCHEN, at_counter) == ["now at countertop 1", "no longer in the middle of the room"]
+    assert rs.change_clauses(KITCHEN, at_counter) == ["now at countertop 1", "no longer in the middle of the room"]
     holding = _with(at_counter, [("holds", "agent1", "mug 1"), ("holdsany", "agent1")],
                     [("inreceptacle", "mug 1", "countertop 1"), ("objectatlocation", "mug 1", "loc 2")])
-    assert (tr.valid_reasoning(at_counter, holding, "take mug 1 from countertop 1",
+    assert (rs.valid_reasoning(at_counter, holding, "take mug 1 from countertop 1",
                                "You pick up the mug 1 from the countertop 1.")
             == "You pick up the mug 1 from the countertop 1: now holding mug 1; mug 1 is no longer in countertop 1.")
     hot = _with(holding, [("ishot", "mug 1"), ("not_iscool", "mug 1")], [("iscool", "mug 1")])
-    assert tr.change_clauses(holding, hot) == ["mug 1 is now hot", "mug 1 is no longer cool"]
+    assert rs.change_clauses(holding, hot) == ["mug 1 is now hot", "mug 1 is no longer cool"]
     opened = _with(KITCHEN, [("opened", "fridge 1"), ("checked", "fridge 1")])
-    assert tr.change_clauses(KITCHEN, opened) == ["fridge 1 is now open"]
-    assert tr.change_clauses(opened, KITCHEN) == ["fridge 1 is now closed"]
+    assert rs.change_clauses(KITCHEN, opened) == ["fridge 1 is now open"]
+    assert rs.change_clauses(opened, KITCHEN) == ["fridge 1 is now closed"]
     lit = _with(KITCHEN, [("istoggled", "desklamp 1")])
-    assert tr.change_clauses(KITCHEN, lit) == ["desklamp 1 is now switched on"]
-    assert tr.valid_reasoning(KITCHEN, KITCHEN, "look", "You are in the middle of a room.") == (
+    assert rs.change_clauses(KITCHEN, lit) == ["desklamp 1 is now switched on"]
+    assert rs.valid_reasoning(KITCHEN, KITCHEN, "look", "You are in the middle of a room.") == (
         "'look' only gives information; nothing in the room changes.")
     placed = _with(holding, [("inreceptacle", "mug 1", "countertop 1")], [("holds", "agent1", "mug 1")])
-    won = tr.step_reasoning(holding, placed, "move mug 1 to countertop 1", ["move mug 1 to countertop 1"],
+    won = rs.step_reasoning(holding, placed, "move mug 1 to countertop 1", ["move mug 1 to countertop 1"],
                             "You move the mug 1 to the countertop 1.", True, "put a mug in countertop")
     assert won == ("You move the mug 1 to the countertop 1: no longer holding mug 1; mug 1 is now in countertop 1. "
                    "The goal now holds: put a mug in countertop.")
-    untold = tr.step_reasoning(holding, placed, "move mug 1 to countertop 1", ["move mug 1 to countertop 1"],
+    untold = rs.step_reasoning(holding, placed, "move mug 1 to countertop 1", ["move mug 1 to countertop 1"],
                                "You move the mug 1 to the countertop 1.", True)
     assert untold.endswith(" The goal of the task now holds.")
 
@@ -266,7 +267,7 @@ def test_refusal_reasons_on_hand_made_facts():
     at_fridge = _with(KITCHEN, [("atlocation", "agent1", "loc 3")], [("atlocation", "agent1", "loc 1")])
     holding = _with(at_fridge, [("holds", "agent1", "mug 1"), ("holdsany", "agent1")],
                     [("inreceptacle", "mug 1", "countertop 1")])
-    why = tr.why_inadmissible
+    why = rs.why_inadmissible
     assert why(KITCHEN, "take banana 1 from countertop 1") == "there is no banana 1 in this game"
     assert why(KITCHEN, "take mug 1 from countertop 1") == "the agent is not at countertop 1, so mug 1 is not in view"
     assert why(at_fridge, "take apple 1 from fridge 1") == "fridge 1 is closed"
@@ -295,11 +296,11 @@ def test_refusal_reasons_on_hand_made_facts():
     assert why(KITCHEN, "jump").startswith("'jump' is not a known command (known: look, inventory")
     assert why(KITCHEN, "take mug from countertop 1") == (
         "that is not the form of a 'take' command (names read like 'mug 1')")
-    assert tr.unmet_precondition(KITCHEN, "look") == "" == tr.unmet_precondition(opened, "move mug 1 to fridge 1")
-    assert tr.step_reasoning(KITCHEN, KITCHEN, "", ["look"], NOTHING, False) == (
+    assert rs.unmet_precondition(KITCHEN, "look") == "" == rs.unmet_precondition(opened, "move mug 1 to fridge 1")
+    assert rs.step_reasoning(KITCHEN, KITCHEN, "", ["look"], NOTHING, False) == (
         "The reply names no command. Nothing happens.")
     rng = random.Random(0)
-    made = {tr.inadmissible_command(KITCHEN, ["look", "go to fridge 1"], {"go to fridge 1", "open fridge 1"}, rng)
+    made = {rs.inadmissible_command(KITCHEN, ["look", "go to fridge 1"], {"go to fridge 1", "open fridge 1"}, rng)
             for _ in range(30)}
     assert "open fridge 1" in made and any(c.startswith("take mug 1 from") for c in made)
-    assert all(tr.why_inadmissible(KITCHEN, c) != FALLBACK for c in made) and "go to fridge 1" not in made
+    assert all(rs.why_inadmissible(KITCHEN, c) != FALLBACK for c in made) and "go to fridge 1" not in made

@@ -13,6 +13,7 @@ stale when the model trains). Writes `results.json` and prints the table."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import json
@@ -193,10 +194,7 @@ def run(s: FitSettings, workdir: Path) -> dict:
 
 
 def _counts(values) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for v in values:
-        out[v] = out.get(v, 0) + 1
-    return dict(sorted(out.items()))
+    return dict(sorted(collections.Counter(values).items()))
 
 
 def _by_kind(transitions: Sequence, predictions: Sequence, score) -> dict[str, float]:

@@ -4,7 +4,6 @@ demos retrieval finds for it, never the transition itself) and the reply it shou
 from __future__ import annotations
 
 import logging
-import math
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -14,6 +13,8 @@ from genenv_jax.dreamgym import experience_model
 from genenv_jax.dreamgym.experience_model import PromptSettings
 from genenv_jax.dreamgym.predictor import Predictor, Query, Retrieval
 from genenv_jax.dreamgym.transitions import Transition
+from genenv_jax.loop.learning import shuffled_batches
+from genenv_jax.loop.policy import float_metrics
 from genenv_jax.loop.state import PolicyState
 from genenv_jax.loop.updates import TrainFn, TrainRow, batch_shape, train_steps
 from genenv_jax.rl import TrainStep
@@ -39,17 +40,8 @@ def train(train_fn: TrainFn, state: PolicyState, rows: Sequence[TrainRow], *, st
     over the rows in a fresh order; returns the state and the first / last loss."""
     if not rows:
         raise ValueError("experience model SFT: no rows (every prompt was longer than max_prompt_len?)")
-    rng = np.random.default_rng(seed)
-
-    def batches():
-        order: list[int] = []
-        for _ in range(steps):
-            while len(order) < batch_size:
-                order.extend(rng.permutation(len(rows)).tolist())
-            yield [rows[i] for i in order[:batch_size]]
-            del order[:batch_size]
-
-    state, history = train_steps(train_fn, state, batches(), **batch_shape(rows, batch_size, rows_multiple),
+    batches = ([rows[i] for i in picked] for picked in shuffled_batches(len(rows), batch_size, steps, seed))
+    state, history = train_steps(train_fn, state, batches, **batch_shape(rows, batch_size, rows_multiple),
                                  pad_id=pad_id, scalar_key="rewards", desc="SFT experience model",
                                  show_progress=show_progress, total=steps)
     first, last = history[0]["loss"], history[-1]["loss"]
@@ -62,9 +54,6 @@ def bare_sft(step: TrainStep) -> tuple[TrainFn, Callable[[object], PolicyState]]
     """(train_fn, state_of(params)) around an SFT step built outside a run config (tools, tests)."""
     def train_fn(state: PolicyState, batch: Mapping[str, np.ndarray]):
         params, opt_state, metrics = step(state.params, state.opt_state, step.place_batch(dict(batch)))
-        out = {k: float(v) for k, v in metrics.items()}
-        if not math.isfinite(out.get("loss", 0.0)):
-            raise FloatingPointError(f"experience model SFT: non-finite loss {out['loss']}")
-        return state.replace(params=params, opt_state=opt_state), out
+        return state.replace(params=params, opt_state=opt_state), float_metrics(metrics, "experience model SFT")
 
     return train_fn, lambda params: PolicyState(params=params, opt_state=step.init_opt_state(params))

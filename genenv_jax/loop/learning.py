@@ -124,7 +124,7 @@ def _simulator_targets(ctx: LoopContext, seeds: Sequence[Task]) -> dict[str, str
     return targets
 
 
-def _shuffled_batches(count: int, batch_size: int, steps: int, seed: int) -> Iterator[list[int]]:
+def shuffled_batches(count: int, batch_size: int, steps: int, seed: int) -> Iterator[list[int]]:
     """`steps` batches of example indices, each epoch over the examples in a fresh order."""
     rng = np.random.default_rng(seed)
     order: list[int] = []
@@ -141,7 +141,7 @@ def warmstart(ctx: LoopContext, policy: Policy, params, examples: Sequence[Train
     steps_count = w.agent_steps if policy.name == "agent" else w.simulator_steps
     stream = STREAM_WARMSTART_AGENT if policy.name == "agent" else STREAM_WARMSTART_SIMULATOR
     steps = ([examples[i] for i in picked]
-             for picked in _shuffled_batches(len(examples), w.batch_size, steps_count,
+             for picked in shuffled_batches(len(examples), w.batch_size, steps_count,
                                               epoch_seed(ctx.config.init_seed, 0, stream)))
     state, history = train_steps(policy.sft_trainer(), policy.sft_state(params), steps,
                                  **batch_shape(examples, w.batch_size, policy.rows_multiple), pad_id=ctx.text.pad_id,

@@ -87,7 +87,7 @@ class Policy:
         if self.needs_reference:
             placed["ref_logprobs"] = self.reference_logprobs(state.reference, placed)
         params, opt_state, metrics = self.update(state.params, state.opt_state, placed)
-        return state.replace(params=params, opt_state=opt_state), _floats(metrics, f"{self.name} update")
+        return state.replace(params=params, opt_state=opt_state), float_metrics(metrics, f"{self.name} update")
 
     def sft_trainer(self) -> Callable[[PolicyState, Mapping[str, np.ndarray]], tuple[PolicyState, dict]]:
         """A `train`-like function for warm-start SFT; its optimizer state lives only during warm-start."""
@@ -97,7 +97,7 @@ class Policy:
 
         def train(state: PolicyState, batch: Mapping[str, np.ndarray]):
             params, opt_state, metrics = step(state.params, state.opt_state, step.place_batch(dict(batch)))
-            return state.replace(params=params, opt_state=opt_state), _floats(metrics, f"{self.name} warm-start")
+            return state.replace(params=params, opt_state=opt_state), float_metrics(metrics, f"{self.name} warm-start")
         return train
 
     def sft_state(self, params: Params) -> PolicyState:
@@ -119,7 +119,8 @@ class Policy:
         return out
 
 
-def _floats(metrics: Mapping[str, Any], what: str) -> dict[str, float]:
+def float_metrics(metrics: Mapping[str, Any], what: str) -> dict[str, float]:
+    """Update metrics as floats; NonFiniteLossError when the loss is NaN/inf (`what` names the update)."""
     out = {k: float(v) for k, v in metrics.items()}
     loss = out.get("loss")
     if loss is not None and not math.isfinite(loss):

@@ -204,7 +204,7 @@ class ALFWorldDomain(Domain):
                        f"(last {len(recent_success)} measurements); the target is {alpha:.0%}.")
         else:
             success = f"The agent's success rate on this seed has not been measured yet; the target is {alpha:.0%}."
-        receptacles = sorted(specs.receptacle_names(scene), key=_natural)
+        receptacles = sorted(specs.receptacle_names(scene), key=vocab.natural_key)
         objects = sorted(t.lower() for t in load_scene(scene).object_types)
         user = "\n".join([
             "Seed game:", "```json", json.dumps(shown, ensure_ascii=False), "```",
@@ -273,10 +273,6 @@ def _scene_number(task: Task) -> int:
 def _fenced(spec: Mapping[str, Any]) -> str:
     return "```json\n" + json.dumps(spec, ensure_ascii=False) + "\n```"
 
-
-def _natural(name: str) -> tuple[str, int]:
-    base, _, number = name.rpartition(" ")
-    return (base, int(number)) if number.isdigit() else (name, 0)
 
 
 __all__ = ["ALFWorldDomain", "DOMAIN_NAME"]

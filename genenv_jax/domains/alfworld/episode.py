@@ -20,6 +20,7 @@ SYSTEM = (
     "`Action: <command>`, using one of the listed commands. Solve the task in as few steps as you can.")
 NOTHING = "Nothing happens."
 ADMISSIBLE_MODES = ("every_turn", "first_turn", "never")
+COMMANDS_SUFFIX = "\nAvailable commands: "  # what observation_text appends before the command list
 _ACTION = re.compile(r"^\s*(?:action\s*:|>)\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
 
 
@@ -40,7 +41,7 @@ def parse_action(text: str) -> str | None:
 def observation_text(feedback: str, admissible: Sequence[str], show: bool) -> str:
     text = feedback.strip()
     if show:
-        text += "\nAvailable commands: " + ", ".join(c for c in admissible if c != "help")
+        text += COMMANDS_SUFFIX + ", ".join(c for c in admissible if c != "help")
     return text
 
 

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from genenv_jax.domains.base import ChatPrompt, Message, Task
 from genenv_jax.domains.alfworld.domain import ALFWorldDomain
-from genenv_jax.domains.alfworld.episode import parse_action
-
-COMMANDS_SUFFIX = "\nAvailable commands: "
+from genenv_jax.domains.alfworld.episode import COMMANDS_SUFFIX, parse_action
 
 
 def state_text(observation: str) -> str:

@@ -83,3 +83,9 @@ def room_of(scene_number: int) -> str:
         if scene_number in numbers:
             return room
     raise ValueError(f"FloorPlan{scene_number} is not an ALFRED scene")
+
+
+def natural_key(name: str) -> tuple[str, int]:
+    """Sort key for game names so that "cabinet 2" comes before "cabinet 10"."""
+    base, _, number = name.rpartition(" ")
+    return (base, int(number)) if number.isdigit() else (name, 0)
