@@ -28,7 +28,7 @@ from genenv_jax.models.config import ATTENTION_KERNELS, REMAT_POLICIES
 from genenv_jax.parallel import MeshConfig
 from genenv_jax.rl import GRPOConfig, OptimizerConfig, RWRConfig
 
-MODES = ("genenv", "random", "static")
+MODES = ("genenv", "random", "static", "dreamgym")
 SEED_ORDERS = ("file", "shortest")
 SEED_STRATEGIES = ("variance", "uniform")
 SIMULATOR_TARGETS = ("next", "shortest")
@@ -119,6 +119,33 @@ class WarmstartSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class DreamGymSettings:
+    """mode=dreamgym (configs/base.py `dreamgym_config` documents each key)."""
+
+    synthetic_epochs: int
+    task_generation: bool
+    generated_task_share: float
+    top_k: int
+    retrieve_real_only: bool
+    reasoning: bool
+    max_history: int
+    grow_replay: bool
+    offline_random_per_task: int
+    offline_random_steps: int
+    offline_invalid_prob: float
+    sft_steps: int
+    sft_batch_size: int
+
+    def synthetic(self, epoch: int) -> bool:
+        """Whether `epoch` rolls out on the experience model (else on the real environment)."""
+        return self.synthetic_epochs < 0 or epoch < self.synthetic_epochs
+
+    @property
+    def any_synthetic(self) -> bool:
+        return self.synthetic_epochs != 0
+
+
+@dataclasses.dataclass(frozen=True)
 class EvaluationSettings:
     """Held-out accuracy of the agent after every epoch (greedy, one episode per task)."""
 
@@ -177,6 +204,8 @@ class RunConfig:
     checkpoint: CheckpointSettings
     log: LogSettings
     preset_name: str
+    experience: PolicySettings     # mode=dreamgym: the experience model (read by that mode only)
+    dreamgym: DreamGymSettings     # mode=dreamgym's settings (read by that mode only)
     snapshot: Mapping[str, Any] = dataclasses.field(compare=False, repr=False, default_factory=dict)
 
     @classmethod
@@ -276,11 +305,24 @@ def _shared_source(agent: Mapping[str, Any], simulator: Mapping[str, Any]) -> di
     return {key: agent[key] for key in ("model_dir", "preset", "allow_random_init") if key in agent}
 
 
+def _dreamgym(tree: Mapping[str, Any]) -> DreamGymSettings:
+    d = _section(DreamGymSettings, tree, "dreamgym")
+    _positive("dreamgym.synthetic_epochs", d.synthetic_epochs, -1)
+    _fraction("dreamgym.generated_task_share", d.generated_task_share)
+    for key in ("top_k", "max_history", "offline_random_per_task"):
+        _positive(f"dreamgym.{key}", getattr(d, key), 0)
+    for key in ("offline_random_steps", "sft_steps", "sft_batch_size"):
+        _positive(f"dreamgym.{key}", getattr(d, key))
+    if not 0 <= d.offline_invalid_prob < 1:
+        raise _fail("dreamgym.offline_invalid_prob", d.offline_invalid_prob, "must lie in [0, 1)")
+    return d
+
+
 def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
     top = {"seed", "mode", "epochs", "mesh", "allow_config_change", "agent", "simulator", "tokenizer_dir", "domain",
            "curriculum", "seeds_per_epoch", "variants_per_seed", "rollouts_per_task", "seed_selection",
            "static_variants_per_seed", "replay", "episodes", "warmstart", "checkpoint", "log", "preset_name",
-           "new_tasks_per_epoch", "evaluation", "init_seed"}
+           "new_tasks_per_epoch", "evaluation", "init_seed", "experience", "dreamgym"}
     unknown = sorted(set(tree) - top)
     if unknown:
         raise ConfigError(f"config: unknown key {unknown[0]!r} (known: {', '.join(sorted(top))})")
@@ -316,6 +358,12 @@ def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
     if share:
         simulator_tree.update(_shared_source(tree["agent"], simulator_tree))
     simulator = _policy(simulator_tree, "simulator", "rwr")
+
+    experience_tree = dict(tree.get("experience") or {})
+    if not experience_tree.get("model_dir") and not experience_tree.get("preset"):  # "": the agent's source
+        experience_tree.update({k: tree["agent"][k] for k in ("model_dir", "preset", "allow_random_init")})
+    experience = _policy(experience_tree, "experience", "rwr", check_source=scalars["mode"] == "dreamgym")
+    dreamgym = _dreamgym(tree.get("dreamgym") or {})
 
     domain = _section(DomainSettings, {**tree["domain"], "options": None}, "domain",
                       extra={"options": dict(tree["domain"].get("options") or {})})
@@ -368,5 +416,6 @@ def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
                 f"config.{p.name}.train.tasks_per_step x rollouts_per_task = {rows} rows is not divisible by "
                 f"mesh data x fsdp ({data} x {fsdp}) x {p.name}.train.micro_batches ({p.train.micro_batches})")
     return RunConfig(mesh=mesh, agent=agent, simulator=simulator, share_agent_init=share, domain=domain,
+                     experience=experience, dreamgym=dreamgym,
                      curriculum=curriculum, seed_selection=selection, replay=replay, episodes=episodes, warmstart=warmstart,
                      evaluation=evaluation, checkpoint=checkpoint, log=log, snapshot=tree, **scalars)

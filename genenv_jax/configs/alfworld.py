@@ -9,6 +9,9 @@ game set (600 train, 140 valid_seen, 134 valid_unseen games, built and verified 
 `tiny`: random tiny Qwen2 models with the real Qwen tokenizer, 18 generated games, 10-step
 episodes, a short warm-start on expert walkthroughs and sampled games, 2 epochs: the whole loop on
 the real engine on a CPU in minutes.
+`dreamgym`: `tiny` in mode=dreamgym (docs/dreamgym.md): an experience model fitted on the train
+games' real transitions answers the agent in the first epoch, the real engine in the second
+(sim-to-real); held-out success is measured on the real engine.
 """
 
 from ml_collections import ConfigDict
@@ -36,6 +39,11 @@ def get_config(preset: str = "7b") -> ConfigDict:
     c.simulator.sampling.max_new_tokens = 768   # a spec with placements is ~150-400 tokens
     c.simulator.sampling.max_prompt_len = 2048
     c.evaluation.split = "test"         # valid_unseen
+    if preset == "dreamgym":
+        c = base.with_preset(c, "tiny", tiny)
+        dreamgym_tiny(c)
+        c.preset_name = preset
+        return c
     return base.with_preset(c, preset, tiny)
 
 
@@ -55,3 +63,18 @@ def tiny(c: ConfigDict) -> None:
     c.warmstart.simulator_steps = 16
     c.warmstart.batch_size = 2
     c.evaluation.max_per_category = 1   # one valid_unseen game per task type
+
+
+def dreamgym_tiny(c: ConfigDict) -> None:
+    """`tiny` in mode=dreamgym: 1 synthetic epoch then 1 real one, a short experience-model SFT,
+    commands listed on the first turn only (what synthetic episodes can show)."""
+    c.mode = "dreamgym"
+    c.domain.options.admissible = "first_turn"
+    c.replay.tasks_per_epoch = 0        # the curriculum chooses every task (seeds + capped variants)
+    c.seeds_per_epoch = 4
+    c.agent.train.tasks_per_step = 4
+    c.experience.sampling.update(max_new_tokens=96, max_prompt_len=1024, temperature=0.3)
+    c.experience.optimizer.learning_rate = 3e-3
+    c.experience.train.loss.chunk_size = 64
+    c.dreamgym.update(synthetic_epochs=1, offline_random_per_task=1, offline_random_steps=6, sft_steps=16,
+                      sft_batch_size=4, max_history=2, top_k=2)

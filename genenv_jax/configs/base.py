@@ -72,12 +72,34 @@ def rwr_loss() -> ConfigDict:
     })
 
 
+def dreamgym_config() -> ConfigDict:
+    """mode=dreamgym: synthetic rollouts through the experience model, the replay buffer it retrieves
+    from, the variance curriculum's generated-task cap and the sim-to-real schedule (docs/dreamgym.md)."""
+    return ConfigDict({
+        "synthetic_epochs": -1,         # the first N epochs roll out on the experience model, the rest on
+                                        # the real environment (sim-to-real); -1: every epoch; 0: real only
+        "task_generation": True,        # the simulator writes variants of the highest-variance seeds
+        "generated_task_share": 0.5,    # cap: at most this share of an epoch's tasks are generated
+        "top_k": 3,                     # real transitions retrieved into each prompt (0: no retrieval)
+        "retrieve_real_only": True,     # retrieve offline / real transitions only (synthetic ones are kept)
+        "reasoning": True,              # the experience model reasons before predicting the next state
+        "max_history": 4,               # earlier (state, action) steps shown to the experience model
+        "grow_replay": True,            # add each epoch's synthetic (and real agent) transitions
+        "offline_random_per_task": 2,   # offline data per training seed: the expert walkthrough and this
+        "offline_random_steps": 12,     # many random-action episodes of this many steps, with this
+        "offline_invalid_prob": 0.15,   # share of inadmissible commands
+        "sft_steps": 300,               # the experience model's SFT on the offline transitions
+        "sft_batch_size": 8,
+    })
+
+
 def get_config() -> ConfigDict:
     c = ConfigDict()
     c.seed = 0
     c.init_seed = -1           # seed of the initial weights and the warm-start; -1: `seed` (runs that share
                                # it start from the same model and differ only in what the loop samples)
     c.mode = "genenv"          # genenv | random (simulator never updated) | static (variants generated once)
+                               # | dreamgym (the agent learns on an experience model's synthetic episodes)
     c.epochs = 10
     c.mesh = ConfigDict({"data": 1, "fsdp": -1, "tensor": 1})
     c.allow_config_change = False  # resuming with changed settings that alter the run's meaning
@@ -90,6 +112,13 @@ def get_config() -> ConfigDict:
                                 tasks_per_step=64, loss=rwr_loss())
     c.simulator.share_agent_init = True   # start from the agent's initial weights (the paper's setup)
     c.tokenizer_dir = ""                  # "" -> the agent's model_dir, else the bundled Qwen2.5 tokenizer
+    # mode=dreamgym only: the experience model (DreamGym) that answers the agent's actions in place of
+    # the environment. Its model source ("" model_dir and preset) defaults to the agent's; it is
+    # trained by SFT on real transitions (learning_rate, `dreamgym.sft_*`), never by RL.
+    c.experience = policy_config(temperature=0.3, max_new_tokens=256, max_prompt_len=2048, learning_rate=1e-5,
+                                 tasks_per_step=16, loss=rwr_loss())
+    c.experience.preset = ""
+    c.dreamgym = dreamgym_config()
 
     c.domain = ConfigDict({
         "name": "",              # a registered domain (genenv_jax.domains.DOMAINS)
@@ -151,8 +180,8 @@ def get_config() -> ConfigDict:
 def tiny_models(c: ConfigDict) -> None:
     """CPU presets: both policies random `tiny` Qwen2 models in float32, no remat, 64-token LM-head
     chunks (chunks of prompt only are skipped)."""
-    for model in (c.agent, c.simulator):
-        model.preset = "tiny"
+    for model in (c.agent, c.simulator, c.experience):
+        model.preset = "tiny" if model is not c.experience else model.preset  # "": the agent's
         model.param_dtype = "float32"
         model.dtype = "float32"
         model.remat_policy = "none"

@@ -5,7 +5,10 @@ rollouts per task -> R_agent -> p_hat, R_env, band filter -> GRPO on the agent -
 simulator (in-band tasks only) -> pools -> checkpoint -> metrics.
 
 Modes: `genenv` (both policies learn), `random` (the simulator generates every epoch but is never
-updated) and `static` (variants generated once, up front, then drawn from each epoch).
+updated), `static` (variants generated once, up front, then drawn from each epoch) and `dreamgym`
+(DreamGym: training seeds chosen by reward variance plus capped simulator variants; the agent's
+episodes answered by an experience model in synthetic epochs, by the real environment after them;
+`genenv_jax.dreamgym.world`).
 Everything an epoch draws at random comes from (config.seed, epoch, stream), so a run resumed from
 the checkpoint of epoch e replays epoch e + 1 exactly as an uninterrupted run would.
 """
@@ -33,7 +36,8 @@ from genenv_jax.loop.persistence import check_config_change, load_state, save_st
 from genenv_jax.loop.policy import Policy, build_policy, copy_params
 from genenv_jax.loop.rollouts import rollouts
 from genenv_jax.loop.state import RECENT_SUCCESS_KEPT, LoopState, SeedStats
-from genenv_jax.loop.tasks import GeneratedTasks, StaticTasks, TaskGenerator, agent_tasks, replay_tasks
+from genenv_jax.loop.tasks import (CurriculumTasks, GeneratedTasks, StaticTasks, TaskGenerator, agent_tasks,
+                                   replay_tasks)
 from genenv_jax.loop.warmstart_cache import cached_warmstart, warmstart_key
 from genenv_jax.metrics import MetricsWriter, plot_curves, read_metrics, summary_table, truncate_metrics
 from genenv_jax.parallel import barrier, broadcast_object, check_same_on_all, is_writer, make_mesh
@@ -42,6 +46,7 @@ from genenv_jax.sampling import Sampler
 from genenv_jax.workdir_lock import WorkdirLock, WorkdirLockedError
 
 POOLS = ("d_train", "d_env", "static_tasks")
+REPLAY_POOL = "replay"  # mode=dreamgym: the experience model's replay buffer
 
 
 class CoEvolution:
@@ -54,24 +59,39 @@ class CoEvolution:
         self.mesh = make_mesh(config.mesh)
         text = ChatText.load(config.tokenizer_dir or config.agent.model_dir or None)
         domain = get_domain(config.domain.name, **config.domain.options)
+        if config.mode == "dreamgym":
+            from genenv_jax.dreamgym.domains import domain_support
+            domain_support(domain)  # a domain without DreamGym's pieces fails here, before any work
         self.ctx = LoopContext(config, domain, text, training_seeds(config, domain, text))
         samplers: dict = {}
 
-        def policy(settings) -> Policy:
+        warm_lr = config.warmstart.learning_rate if config.warmstart.enabled else None
+
+        def policy(settings, sft_lr: float | None = warm_lr) -> Policy:
             cfg = settings.model_config().replace(param_dtype=settings.param_dtype)
-            if cfg not in samplers:  # agent and simulator of one shape share compiled programs
+            if cfg not in samplers:  # policies of one shape share compiled programs
                 samplers[cfg] = Sampler(cfg, self.mesh, pad_id=text.pad_id)
-            warm_lr = config.warmstart.learning_rate if config.warmstart.enabled else None
-            return build_policy(settings, self.mesh, samplers[cfg], warmstart_lr=warm_lr)
+            return build_policy(settings, self.mesh, samplers[cfg], warmstart_lr=sft_lr)
 
         self.agent = policy(config.agent)
         self.simulator = policy(config.simulator)
         self.environments = open_environments(domain, DOMAINS[config.domain.name], config.domain.options,
                                               config.episodes.env_workers)
-        self.pools = shared_pools.open_pools(self.workdir / "pools", POOLS)
+        self.world = None  # mode=dreamgym with synthetic epochs: the experience model's side
+        world = config.mode == "dreamgym" and config.dreamgym.any_synthetic
+        self.pools = shared_pools.open_pools(self.workdir / "pools", POOLS + ((REPLAY_POOL,) if world else ()))
         generator = TaskGenerator(self.ctx, self.simulator)
-        self.task_source = (StaticTasks(self.ctx, generator, self.pools["static_tasks"]) if config.mode == "static"
-                            else GeneratedTasks(self.ctx, generator))
+        if config.mode == "static":
+            self.task_source = StaticTasks(self.ctx, generator, self.pools["static_tasks"])
+        elif config.mode == "dreamgym":
+            self.task_source = CurriculumTasks(self.ctx, generator)
+        else:
+            self.task_source = GeneratedTasks(self.ctx, generator)
+        if world:
+            from genenv_jax.dreamgym.world import ExperienceWorld, default_cache_dir
+            experience = policy(config.experience, config.experience.optimizer.learning_rate)  # SFT only
+            self.world = ExperienceWorld(self.ctx, experience, self.pools[REPLAY_POOL],
+                                         default_cache_dir(config.warmstart.cache_dir, self.workdir))
         self.heldout = HeldOut(self.ctx, self.agent, self.environments)
         self.checkpointer = Checkpointer(self.workdir / "checkpoints", max_to_keep=config.checkpoint.keep)
         self.warmstart_metrics: dict[str, float] = {}
@@ -91,7 +111,7 @@ class CoEvolution:
             agent_rows, simulator_rows = learning.warmstart_examples(self.ctx)
             agent, m_agent = self._warmstart(self.agent, agent, agent_rows)
             simulator, m_sim = self._warmstart(self.simulator, simulator, simulator_rows)
-            self.warmstart_metrics = m_agent | m_sim
+            self.warmstart_metrics |= m_agent | m_sim
         return LoopState(epoch=-1, agent=self.agent.new_state(agent), simulator=self.simulator.new_state(simulator),
                          warm_started=self.config.warmstart.enabled)
 
@@ -111,6 +131,8 @@ class CoEvolution:
                    "simulator": self.simulator.abstract_state(with_reference=True)}
         state = load_state(self.checkpointer, targets, shared_pools.writable(self.pools))
         shared_pools.sync(self.pools, "resume")
+        if self.world is not None:  # the replay pool is resumed: open the buffer, fit or reload the model
+            self.warmstart_metrics |= self.world.start()
         if state is None:
             if is_writer():
                 (self.workdir / "metrics.jsonl").unlink(missing_ok=True)  # rows of a run that never checkpointed
@@ -138,8 +160,13 @@ class CoEvolution:
 
         # 4-5. n agent rollouts per task (new + replayed) and their rewards R_agent.
         replay = top_ups + replay_tasks(ctx, self.pools["d_train"], epoch)
-        groups, episode_stats = rollouts(ctx, self.agent, state.agent.params, self.environments, tasks + replay,
+        synthetic = self.world is not None and c.dreamgym.synthetic(epoch)  # DreamGym: the experience model answers
+        envs = self.world.episodes_environments(epoch) if synthetic else self.environments
+        groups, episode_stats = rollouts(ctx, self.agent, state.agent.params, envs, tasks + replay,
                                          [False] * len(tasks) + [True] * len(replay), epoch, counters)
+        world_metrics = {} if self.world is None else self.world.observe(synthetic)
+        if c.mode == "dreamgym":
+            world_metrics["dreamgym/synthetic_epoch"] = float(synthetic)
         t_roll = time.time()
 
         # 6. p_hat, R_env and the band on the generated tasks; per-seed stats for the next epoch.
@@ -164,6 +191,8 @@ class CoEvolution:
         heldout = self.heldout.metrics(state.agent.params)
 
         # 9. Pools (committed before the checkpoint; resume rolls them back if the checkpoint is missing).
+        if self.world is not None:
+            self.world.commit(epoch)  # the replay pool's shard (synced with the others just below)
         shared_pools.append_epoch(self.pools, epoch, {
             "d_train": records.d_train_records(groups),
             "d_env": records.d_env_records(gens, by_task, c.simulator.train.loss.reward_lambda)})
@@ -172,9 +201,10 @@ class CoEvolution:
         times = {"generate_s": t_gen - t0, "rollouts_s": t_roll - t_gen, "updates_s": t_upd - t_roll,
                  "heldout_s": time.time() - t_upd}
         episodes = [ep for g in groups for ep in g.episodes]
-        return records.epoch_metrics(gens=gens, generated=None if c.mode == "static" else len(gens), groups=groups,
-                                     scores=scores, replayed=len(replay), times=times) | episode_stats.metrics(
-            episodes) | dict(counters) | agent_metrics | simulator_metrics | heldout
+        generated = None if c.mode in ("static", "dreamgym") else len(gens)  # dreamgym counts its own
+        return records.epoch_metrics(gens=gens, generated=generated, groups=groups, scores=scores,
+                                     replayed=len(replay), times=times) | episode_stats.metrics(
+            episodes) | dict(counters) | agent_metrics | simulator_metrics | world_metrics | heldout
 
     @staticmethod
     def _update_seed_stats(state: LoopState, scores, variances: dict[str, float]) -> None:

@@ -17,7 +17,8 @@ from genenv_jax.run_config import RunConfig
 # Streams of `epoch_seed`: one per random choice an epoch makes, so each is replayed exactly on resume.
 (STREAM_SEEDS, STREAM_GENERATE, STREAM_STATIC, STREAM_REPLAY, STREAM_ROLLOUTS, STREAM_GRPO, STREAM_RWR,
  STREAM_TOP_UP) = range(1, 9)
-STREAM_WARMSTART_AGENT, STREAM_WARMSTART_SIMULATOR = 101, 102
+STREAM_EXPERIENCE = 9  # mode=dreamgym: the experience model's sampling in synthetic episodes
+STREAM_WARMSTART_AGENT, STREAM_WARMSTART_SIMULATOR, STREAM_EXPERIENCE_SFT = 101, 102, 103
 
 
 def epoch_seed(seed: int, epoch: int, stream: int) -> int:

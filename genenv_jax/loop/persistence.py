@@ -72,6 +72,8 @@ SAFE_TO_CHANGE = ("epochs", "allow_config_change", "log.", "checkpoint.", "mesh.
 # Keys added after runs were saved without them, with the value that keeps the old behaviour:
 # a run saved before the key existed resumes as long as the key keeps that value.
 ADDED_LATER = {"new_tasks_per_epoch": 0, "init_seed": -1}
+# Sections added later that only a mode added with them reads: absent from a saved run of another mode.
+ADDED_LATER_SECTIONS = {"experience.": "dreamgym", "dreamgym.": "dreamgym"}
 
 
 def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -91,6 +93,8 @@ def config_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list
     for key in sorted(set(old) | set(new)):
         a, b = old.get(key, "<absent>"), new.get(key, "<absent>")
         if a == "<absent>" and key in ADDED_LATER and b == ADDED_LATER[key]:
+            continue
+        if a == "<absent>" and any(key.startswith(p) and old.get("mode") != m for p, m in ADDED_LATER_SECTIONS.items()):
             continue
         if _normalise(a) != _normalise(b):
             safe = any(key == s or (s.endswith(".") and key.startswith(s)) for s in SAFE_TO_CHANGE)

@@ -96,7 +96,13 @@ def epoch_line(epoch: int, m: Mapping, seconds: float) -> str:
     """One human-readable line per epoch (the full metrics go to metrics.jsonl / TensorBoard)."""
     def f(key, fmt="{:.2f}"):
         return "-" if m.get(key) is None else fmt.format(m[key])
-    parsed = f"{m['tasks']}/{m['generated']}" if m.get("generated") is not None else f"{m['tasks']} (static)"
+    if m.get("dreamgym/synthetic_epoch") is not None:  # dreamgym: seeds + capped variants, synthetic or real
+        parsed = (f"{m['tasks']} ({m.get('dreamgym/generated_tasks', 0)} generated, "
+                  f"{'synthetic' if m['dreamgym/synthetic_epoch'] else 'real'} episodes)")
+    elif m.get("generated") is not None:
+        parsed = f"{m['tasks']}/{m['generated']}"
+    else:
+        parsed = f"{m['tasks']} (static)"
     return (f"epoch {epoch}: tasks {parsed}, p_hat {f('p_hat_mean')}, R_env {f('r_env_mean')}, "
             f"in-band {f('in_band_fraction')}, success {f('success_rate')}, agent loss {f('agent/loss', '{:.4f}')}, "
             f"simulator loss {f('simulator/loss', '{:.4f}')} ({seconds:.0f} s)")

@@ -147,6 +147,41 @@ class StaticTasks:
                            [], [], np.zeros(0), "", tasks[i]) for i in picks]
 
 
+def seed_generation(seed: Task) -> Generation:
+    """A training seed as one of the epoch's tasks (no simulator sample behind it)."""
+    return Generation(seed, "similar", [], [], np.zeros(0), "", seed)
+
+
+class CurriculumTasks:
+    """dreamgym mode: DreamGym's curriculum. `seeds_per_epoch` training seeds chosen by reward
+    variance (`seed_selection`); with `dreamgym.task_generation`, the chosen seeds whose last
+    rollouts' rewards varied most (variance > 0: feasible, not yet solved) are replaced by the
+    simulator's variants of them, at most `generated_task_share` of the epoch's tasks. A variant
+    that does not parse leaves its seed in place."""
+
+    def __init__(self, ctx: LoopContext, generator: TaskGenerator):
+        self.ctx, self.generator = ctx, generator
+
+    def tasks(self, epoch, simulator_params, stats, counters):
+        c = self.ctx.config
+        seeds = choose_seeds(self.ctx, epoch, stats, c.seeds_per_epoch)
+        cap = int(c.dreamgym.generated_task_share * len(seeds) + 1e-9) if c.dreamgym.task_generation else 0
+        variance = {i: stats[s.task_id].reward_variance for i, s in enumerate(seeds)
+                    if s.task_id in stats and (stats[s.task_id].reward_variance or 0.0) > 0}
+        picked = sorted(variance, key=lambda i: (-variance[i], i))[:cap]
+        gens = self.generator.generate([seeds[i] for i in picked], simulator_params, stats, epoch, counters)
+        counters["dreamgym/generation_requests"] += len(picked)
+        counters["dreamgym/generated_tasks"] += sum(1 for g in gens if g.task)
+        replaced = collections.Counter(g.seed.task_id for g in gens if g.task)  # per seed id: seeds may repeat
+        kept = []
+        for i, s in enumerate(seeds):
+            if i in picked and replaced[s.task_id] > 0:
+                replaced[s.task_id] -= 1
+            else:
+                kept.append(seed_generation(s))
+        return kept + list(gens)  # rejected generations add no task but are counted and logged
+
+
 def agent_tasks(ctx: LoopContext, gens: Sequence[Generation], epoch: int,
                 counters: Counters) -> tuple[list[Task], list[Task]]:
     """(new tasks, top-ups) the agent rolls out this epoch. With `new_tasks_per_epoch` = N > 0, the

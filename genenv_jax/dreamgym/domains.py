@@ -1,0 +1,60 @@
+"""What DreamGym needs from a domain, by domain name: the synthetic-episode adapter, the offline
+real transitions of its training seeds, and an agent episode's real transitions (replay growth)."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Callable, Sequence
+
+from genenv_jax.config_checks import ConfigError
+from genenv_jax.domains.base import Domain, Message, Task
+from genenv_jax.dreamgym.environments import SyntheticAdapter
+from genenv_jax.dreamgym.transitions import Transition
+
+
+@dataclasses.dataclass(frozen=True)
+class OfflineSettings:
+    """Offline data per training seed: the expert walkthrough and `random_per_task` random episodes."""
+
+    random_per_task: int
+    random_steps: int
+    invalid_prob: float
+    seed: int
+
+
+@dataclasses.dataclass(frozen=True)
+class DomainSupport:
+    adapter: Callable[[Domain], SyntheticAdapter]
+    offline: Callable[[Domain, Sequence[Task], OfflineSettings], list[Transition]]
+    episode: Callable[[Domain, Task, Sequence[Message]], list[Transition]]
+
+
+def _alfworld() -> DomainSupport:
+    from genenv_jax.domains.alfworld import transitions
+    from genenv_jax.domains.alfworld.synthetic import ALFWorldSynthetic
+
+    def offline(domain, tasks, s: OfflineSettings):
+        return transitions.collect(domain, tasks, random_per_task=s.random_per_task,
+                                   rng=random.Random(f"dreamgym-offline/{s.seed}"), random_steps=s.random_steps,
+                                   invalid_prob=s.invalid_prob)
+
+    def episode(domain, task, transcript):
+        return transitions.episode_transitions(domain, task, transcript, source="agent")
+
+    return DomainSupport(adapter=ALFWorldSynthetic, offline=offline, episode=episode)
+
+
+SUPPORTED = {"alfworld": _alfworld}
+
+
+def domain_support(domain: Domain) -> DomainSupport:
+    """The domain's DreamGym pieces; a ConfigError naming the supported domains otherwise."""
+    if domain.name not in SUPPORTED:
+        raise ConfigError(f"config.mode='dreamgym' needs a domain with DreamGym support "
+                          f"({', '.join(sorted(SUPPORTED))}); config.domain.name is {domain.name!r}")
+    if domain.name == "alfworld" and getattr(domain, "admissible", "first_turn") != "first_turn":
+        raise ConfigError(f"config.domain.options.admissible={domain.admissible!r}: mode='dreamgym' on ALFWorld "
+                          "needs 'first_turn' (the experience model predicts the engine's text without the "
+                          "command list, so real episodes must look like synthetic ones)")
+    return SUPPORTED[domain.name]()

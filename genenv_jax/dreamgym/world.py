@@ -1,0 +1,152 @@
+"""DreamGym's side of the loop (mode=dreamgym): the experience model, fitted once by SFT on offline
+real transitions of the training seeds; the replay buffer it retrieves from (the loop's `replay`
+pool: seeded with the offline transitions, grown with every synthetic epoch's transitions, rolled
+back with the checkpoints like the other pools); and the synthetic environments the agent's episodes
+run in during synthetic epochs.
+
+The experience model is not part of the checkpointed loop state: its weights are a pure function
+of the config and the offline data, kept like warm-started weights (`warmstart.cache_dir`, else
+`<workdir>/experience_model`), so a resumed run reloads them instead of repeating the SFT.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from typing import Any, Mapping, Sequence
+
+from genenv_jax import storage
+from genenv_jax.checkpoint_digests import json_digest
+from genenv_jax.dreamgym import training
+from genenv_jax.dreamgym.domains import OfflineSettings, domain_support
+from genenv_jax.dreamgym.embedding import Embedder, transition_key_text
+from genenv_jax.dreamgym.environments import SyntheticEnvironments
+from genenv_jax.dreamgym.experience_model import PromptSettings
+from genenv_jax.dreamgym.predictor import Predictor, Retrieval
+from genenv_jax.dreamgym.replay import ReplayBuffer
+from genenv_jax.dreamgym.transitions import Transition
+from genenv_jax.loop.context import STREAM_EXPERIENCE, STREAM_EXPERIENCE_SFT, LoopContext, epoch_seed
+from genenv_jax.loop.policy import Policy, copy_params
+from genenv_jax.loop.updates import TrainRow
+from genenv_jax.loop.warmstart_cache import cached_warmstart
+from genenv_jax.pools import Pool
+
+EXPERIENCE_INIT_OFFSET = 2  # random init seed: init_seed + 2 (the agent's is + 0, the simulator's + 1)
+# dreamgym keys that change neither the offline data nor the SFT (only how the loop uses the model)
+LOOP_ONLY_KEYS = ("synthetic_epochs", "task_generation", "generated_task_share", "retrieve_real_only", "grow_replay")
+
+
+def experience_key(snapshot: Mapping[str, Any], init_seed: int, rows: Sequence[TrainRow]) -> str:
+    """Digest of what the experience model's SFT reads: its rows (token ids), its config section,
+    the dreamgym keys that shape the data and the SFT, the mesh and the initial weights' seed."""
+    rows_digest = hashlib.sha256()
+    for row in rows:
+        rows_digest.update(json.dumps([list(map(int, row.prompt)), list(map(int, row.response))]).encode())
+    dreamgym = {k: v for k, v in dict(snapshot.get("dreamgym", {})).items() if k not in LOOP_ONLY_KEYS}
+    what = {"experience": snapshot.get("experience"), "agent": snapshot.get("agent"), "dreamgym": dreamgym,
+            "mesh": snapshot.get("mesh"), "init_seed": init_seed, "rows": rows_digest.hexdigest()}
+    return json_digest(json.loads(json.dumps(what, sort_keys=True, default=str)))[:16]
+
+
+class ExperienceWorld:
+    """The experience model, its replay buffer and synthetic environments for one run."""
+
+    def __init__(self, ctx: LoopContext, policy: Policy, pool: Pool, cache_dir: str):
+        self.ctx, self.policy, self.pool, self.cache_dir = ctx, policy, pool, cache_dir
+        self.settings = ctx.config.dreamgym
+        self.support = domain_support(ctx.domain)
+        self.prompt_settings = PromptSettings(max_history=self.settings.max_history, reasoning=self.settings.reasoning)
+        self.buffer: ReplayBuffer | None = None
+        self.environments: SyntheticEnvironments | None = None
+        self.embedder: Embedder | None = None
+        self._placed = None
+
+    def offline_transitions(self) -> list[Transition]:
+        """The training seeds' real transitions (expert walkthroughs, random episodes); deterministic."""
+        s = self.settings
+        return self.support.offline(self.ctx.domain, self.ctx.train_seeds, OfflineSettings(
+            s.offline_random_per_task, s.offline_random_steps, s.offline_invalid_prob, self.ctx.config.seed))
+
+    def start(self) -> dict[str, float]:
+        """Called once the loop's pools are resumed: opens the buffer (seeding it with the offline
+        transitions on a fresh run; they are committed with epoch 0's shard), fits or reloads the
+        experience model and builds the synthetic environments. Returns set-up metrics."""
+        c, ctx = self.ctx.config, self.ctx
+        t0 = time.time()
+        initial = self.policy.initial_params(c.init_seed + EXPERIENCE_INIT_OFFSET)
+        self.embedder = Embedder(self.policy.cfg, copy_params(initial), ctx.text)  # frozen: SFT donates `initial`
+        offline = self.offline_transitions()
+        vectors = self.embedder([transition_key_text(t) for t in offline])  # [N, D]
+        t_collect = time.time() - t0
+        self.buffer = ReplayBuffer.open(self.pool, dim=self.embedder.dim)
+        if len(self.buffer) == 0:
+            self.buffer.add(offline, vectors)
+        params, metrics = self._fit(initial, offline, vectors)
+        self._placed = self.policy.sampler.prepare_params(params)
+        s = self.settings
+        retrieval = (Retrieval(self.buffer, self.embedder, top_k=s.top_k, real_only=s.retrieve_real_only)
+                     if s.top_k > 0 else None)
+        predictor = Predictor(ctx.text, self._sample, self.prompt_settings, retrieval,
+                              self.policy.settings.sampling.max_prompt_len)
+        self.environments = SyntheticEnvironments(self.support.adapter(ctx.domain), predictor, ctx.domain.name)
+        logging.info("dreamgym: %d offline transitions, replay buffer %d, experience model ready in %.1f s",
+                     len(offline), len(self.buffer), time.time() - t0)
+        return metrics | {"experience/offline_transitions": float(len(offline)),
+                          "time/experience_collect_s": t_collect, "time/experience_setup_s": time.time() - t0}
+
+    def _fit(self, initial, offline: Sequence[Transition], vectors) -> tuple[Any, dict]:
+        """The SFT'd experience weights: from the cache when this data and config were fitted before."""
+        ctx, s = self.ctx, self.settings
+        sft_buffer = ReplayBuffer(self.pool)  # in memory only (never committed): offline transitions alone
+        sft_buffer.add(offline, vectors)
+        retrieval = Retrieval(sft_buffer, self.embedder, top_k=s.top_k, real_only=True) if s.top_k > 0 else None
+        rows = training.sft_rows(ctx.text, offline, retrieval, self.prompt_settings,
+                                 self.policy.settings.sampling.max_prompt_len)
+
+        def train():
+            state, metrics = training.train(
+                self.policy.sft_trainer(), self.policy.sft_state(initial), rows, steps=s.sft_steps,
+                batch_size=s.sft_batch_size, rows_multiple=self.policy.rows_multiple,
+                seed=epoch_seed(ctx.config.init_seed, 0, STREAM_EXPERIENCE_SFT), pad_id=ctx.text.pad_id,
+                show_progress=ctx.show_progress)
+            return state.params, metrics
+
+        key = experience_key(ctx.config.snapshot, ctx.config.init_seed, rows)
+        return cached_warmstart(self.cache_dir, key, "experience", self.policy.update.abstract_params(), train)
+
+    def _sample(self, prompts: list[list[int]], seed: int):
+        s = self.policy.settings.sampling
+        return self.policy.sampler.generate(self._placed, prompts, max_new_tokens=s.max_new_tokens,
+                                            temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, seed=seed,
+                                            stop_tokens=self.ctx.text.stop_ids, slots=s.batch_size)
+
+    # ------------------------------------------------------------------ per epoch
+    def episodes_environments(self, epoch: int) -> SyntheticEnvironments:
+        """The synthetic environments, seeded for `epoch` (a resumed epoch samples as the original)."""
+        self.environments.seed(self.ctx.seed(epoch, STREAM_EXPERIENCE))
+        self.environments.counts = {}
+        return self.environments
+
+    def observe(self, synthetic: bool) -> dict[str, float]:
+        """After an epoch's episodes: its synthetic transitions join the buffer (`grow_replay`);
+        returns the experience model's and the buffer's metrics."""
+        out: dict[str, float] = {}
+        if synthetic:
+            new = self.environments.take_transitions()
+            if self.settings.grow_replay and new:
+                self.buffer.add(new, self.embedder([transition_key_text(t) for t in new]))
+            out["replay/added_synthetic"] = float(len(new) if self.settings.grow_replay else 0)
+            out |= {k: float(v) for k, v in self.environments.counts.items()}
+        return out | {"replay/size": float(len(self.buffer))} | {
+            f"replay/{k}": float(v) for k, v in self.buffer.counts().items()}
+
+    def commit(self, epoch: int) -> None:
+        """The buffer's pending transitions as the `replay` pool's shard of `epoch` (process 0 writes)."""
+        self.buffer.commit(epoch)
+
+
+def default_cache_dir(config_cache_dir: str, workdir) -> str:
+    """Where the experience weights are kept: `warmstart.cache_dir` if set, else inside the workdir."""
+    return config_cache_dir or str(storage.as_path(workdir) / "experience_model")
