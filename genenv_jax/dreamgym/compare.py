@@ -1,0 +1,206 @@
+"""DreamGym's miniature comparison on ALFWorld at equal agent updates: real-only GRPO, DreamGym (no
+real rollouts while the agent trains), DreamGym-S2R (synthetic epochs, then real ones) and the
+ablations without replay retrieval, without reasoning and without task generation. Success is
+measured on the real engine (held-out games, greedy) after the warm-start and after every epoch.
+
+    python -m genenv_jax.dreamgym.compare --workdir=runs/dreamgym-compare      # ~40 min on 2 CPU cores
+
+Every arm is one `mode=dreamgym` run of the same config (`comparison_config`) with a few dreamgym
+keys changed (`ARMS`); they share the generated games, a small SentencePiece tokenizer trained on
+the train games' texts, the agent's warm-started weights and, where their SFT data agree, the
+experience model's weights. Resumable: a finished arm is skipped, a killed one resumes. Writes
+`report.md` and `summary.json` in the workdir.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from absl import app, flags
+from ml_collections import ConfigDict
+
+FLAGS = flags.FLAGS
+TASK_TYPES = ("pick_and_place_simple", "look_at_obj_in_light")
+REAL_EPOCHS = 2  # DreamGym-S2R's real epochs, at the end
+
+
+def arms(epochs: int) -> dict[str, dict[str, Any]]:
+    """Each arm's dreamgym keys (the rest as in `comparison_config`)."""
+    return {
+        "real_grpo": {"synthetic_epochs": 0, "task_generation": False},
+        "dreamgym": {},
+        "dreamgym_s2r": {"synthetic_epochs": max(epochs - REAL_EPOCHS, 1)},
+        "no_replay": {"top_k": 0},
+        "no_reasoning": {"reasoning": False},
+        "no_taskgen": {"task_generation": False},
+    }
+
+
+def define_flags() -> None:
+    """Defined only when run as a program (importing the module never touches absl's flags)."""
+    flags.DEFINE_string("workdir", None, "Output directory (games, tokenizer, weights, runs, report).",
+                        required=True)
+    flags.DEFINE_list("arms", list(arms(1)), "Arms to run, in this order.")
+    flags.DEFINE_integer("epochs", 5, "Epochs per arm (equal agent updates in every arm).")
+    flags.DEFINE_integer("seed", 0, "The runs' seed (initial weights, sampling, data).")
+    flags.DEFINE_bool("report_only", False, "Only rebuild the report from the arms' metrics.")
+
+
+def comparison_config(workdir: Path, epochs: int, seed: int, arm: dict[str, Any]) -> ConfigDict:
+    """The shared CPU-scale config: study-1m models over a 512-piece tokenizer, 8 train games of 2
+    task types, 4 seeds x 4 rollouts per epoch, 6 held-out games, the experience model SFT'd 100 steps."""
+    from genenv_jax.configs import alfworld
+
+    c = alfworld.get_config("dreamgym")
+    c.seed = seed
+    c.epochs = epochs
+    c.domain.options.update(games={"train": 8, "validation": 0, "test": 6}, task_types=TASK_TYPES, max_steps=8,
+                            cache_dir=str(workdir / "games"), build_workers=1)
+    c.tokenizer_dir = str(workdir / "tokenizer")
+    for model in (c.agent, c.simulator):
+        model.preset = "study-1m"
+    c.seeds_per_epoch = 4
+    c.rollouts_per_task = 4
+    c.agent.train.tasks_per_step = 2          # 2 GRPO steps per epoch
+    c.agent.sampling.update(max_new_tokens=24, max_prompt_len=2048, temperature=1.0)
+    c.simulator.sampling.update(max_new_tokens=384, max_prompt_len=2048)
+    c.episodes.update(max_turns=8, max_total_tokens=4096, env_workers=0)
+    c.warmstart.update(agent_steps=80, simulator_steps=20, batch_size=4, cache_dir=str(workdir / "weights"))
+    c.evaluation.update(split="test", max_per_category=3)
+    c.experience.sampling.update(max_new_tokens=160, max_prompt_len=768, temperature=0.3)
+    c.experience.optimizer.learning_rate = 1e-3
+    c.dreamgym.update(synthetic_epochs=-1, task_generation=True, top_k=3, reasoning=True, max_history=2,
+                      offline_random_per_task=2, offline_random_steps=8, sft_steps=100, sft_batch_size=8)
+    c.dreamgym.update(arm)
+    c.log.update(progress_bars=False, samples_per_epoch=4)
+    return c
+
+
+def prepare_tokenizer(workdir: Path, config: ConfigDict) -> Path:
+    """A 512-piece tokenizer on the train games' agent / simulator texts and the experience model's
+    prompts and replies for their offline transitions (trained once; atomic)."""
+    out = workdir / "tokenizer"
+    if (out / "tokenizer.json").is_file():
+        return out
+    from genenv_jax.domains import get_domain
+    from genenv_jax.dreamgym.domains import OfflineSettings, domain_support
+    from genenv_jax.dreamgym.experience_model import PromptSettings
+    from genenv_jax.dreamgym.fit_experience import tokenizer_texts
+    from genenv_jax.small_tokenizer import domain_training_texts, train_small_tokenizer
+
+    domain = get_domain("alfworld", **config.domain.options)
+    d = config.dreamgym
+    offline = domain_support(domain).offline(domain, domain.seeds("train"), OfflineSettings(
+        d.offline_random_per_task, d.offline_random_steps, d.offline_invalid_prob, config.seed))
+    texts = domain_training_texts(domain) + tokenizer_texts(offline, PromptSettings(max_history=d.max_history))
+    staging = workdir / f".tokenizer-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    train_small_tokenizer(texts, staging, vocab_size=512)
+    staging.rename(out)
+    return out
+
+
+def run_arm(workdir: Path, name: str, config: ConfigDict) -> None:
+    import jax
+
+    from genenv_jax.loop import CoEvolution
+    from genenv_jax.run_config import RunConfig
+
+    run_dir = workdir / "runs" / name
+    if (run_dir / "done.json").is_file():
+        print(f"{name}: done before, skipped")
+        return
+    t0 = time.time()
+    CoEvolution(RunConfig.from_config_dict(config, num_devices=jax.device_count()), run_dir).run()
+    (run_dir / "done.json").write_text(json.dumps({"seconds": time.time() - t0}) + "\n")
+    print(f"{name}: {time.time() - t0:.0f} s")
+
+
+def summarise(workdir: Path, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per arm: held-out success after the warm-start, per epoch and at the end; train-time success;
+    the experience model's failures; generated tasks; replay size; wall time."""
+    from genenv_jax.metrics import read_metrics
+
+    out = {}
+    for name in names:
+        path = workdir / "runs" / name / "metrics.jsonl"
+        if not path.is_file():
+            continue
+        rows = read_metrics(path)
+        start = next((r for r in rows if r["epoch"] == -1), {})
+        epochs = [r for r in rows if r["epoch"] >= 0]
+        if not epochs:
+            continue
+        done = workdir / "runs" / name / "done.json"
+        out[name] = {
+            "heldout_start": start.get("heldout/accuracy"),
+            "heldout_by_epoch": [r.get("heldout/accuracy") for r in epochs],
+            "heldout_final": epochs[-1].get("heldout/accuracy"),
+            "train_success_by_epoch": [r.get("success_rate") for r in epochs],
+            "synthetic_epochs": sum(int(r.get("dreamgym/synthetic_epoch", 0)) for r in epochs),
+            "agent_updates": len(epochs),
+            "generated_tasks": sum(int(r.get("dreamgym/generated_tasks", 0)) for r in epochs),
+            "generation_requests": sum(int(r.get("dreamgym/generation_requests", 0)) for r in epochs),
+            "experience_failures": sum(int(v) for r in epochs for k, v in r.items()
+                                       if k.startswith("env_errors/experience_")),
+            "invalid_actions": sum(int(r.get("env_errors/invalid_action", 0)) for r in epochs),
+            "replay_size": epochs[-1].get("replay/size"),
+            "experience_sft_loss": [start.get("experience/sft_loss_first"), start.get("experience/sft_loss_last")],
+            "seconds": json.loads(done.read_text())["seconds"] if done.is_file() else None,
+        }
+    return out
+
+
+def report(summary: dict[str, dict[str, Any]], epochs: int) -> str:
+    def f(x):
+        return "-" if x is None else f"{x:.3f}"
+
+    lines = [f"DreamGym miniature on ALFWorld ({epochs} epochs per arm, equal agent updates; held-out "
+             "success on the real engine, greedy)", "",
+             "| arm | held-out start | held-out final | held-out by epoch | train success by epoch | "
+             "synthetic epochs | generated tasks | experience failures | wall |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, s in summary.items():
+        wall = "-" if s["seconds"] is None else f"{s['seconds'] / 60:.1f} min"
+        lines.append(
+            f"| {name} | {f(s['heldout_start'])} | {f(s['heldout_final'])} | "
+            f"{' '.join(f(x) for x in s['heldout_by_epoch'])} | {' '.join(f(x) for x in s['train_success_by_epoch'])} | "
+            f"{s['synthetic_epochs']} | {s['generated_tasks']}/{s['generation_requests']} | "
+            f"{s['experience_failures']} | {wall} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str]) -> None:
+    del argv
+    f = FLAGS
+    workdir = Path(f.workdir).absolute()
+    workdir.mkdir(parents=True, exist_ok=True)
+    table = arms(f.epochs)
+    unknown = [a for a in f.arms if a not in table]
+    if unknown:
+        raise app.UsageError(f"--arms: unknown arm {unknown[0]!r} (known: {', '.join(table)})")
+    if not f.report_only:
+        import jax
+
+        if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):  # arms 2..n reload arm 1's programs
+            jax.config.update("jax_compilation_cache_dir", str(workdir / "xla_cache"))
+            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+            jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+        prepare_tokenizer(workdir, comparison_config(workdir, f.epochs, f.seed, {}))
+        for name in f.arms:
+            run_arm(workdir, name, comparison_config(workdir, f.epochs, f.seed, table[name]))
+    summary = summarise(workdir, f.arms)
+    (workdir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    text = report(summary, f.epochs)
+    (workdir / "report.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)
