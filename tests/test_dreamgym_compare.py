@@ -38,6 +38,7 @@ def test_summary_and_report_from_metrics_files(tmp_path):
              "dreamgym/generation_requests": 2, "dreamgym/generated_tasks": 1, "replay/size": 10.0}]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (run / "done.json").write_text(json.dumps({"seconds": 90.0}))
+    (run / "train_games.json").write_text(json.dumps({"epoch": 1, "start": 0.125, "final": 0.375, "games": 8}))
     summary = compare.summarise(tmp_path, ["real_grpo", "dreamgym_s2r"])  # real_grpo never ran: left out
     s = summary["dreamgym_s2r"]
     assert list(summary) == ["dreamgym_s2r"]
@@ -45,4 +46,6 @@ def test_summary_and_report_from_metrics_files(tmp_path):
     assert (s["synthetic_epochs"], s["agent_updates"], s["generated_tasks"], s["generation_requests"]) == (1, 2, 1, 3)
     assert s["experience_failures"] == 3 and s["seconds"] == 90.0 and s["experience_sft_loss"] == [6.0, 1.0]
     line = compare.report(summary, 2).splitlines()[-1]
-    assert line == "| dreamgym_s2r | 0.000 | 0.500 | 0.250 0.500 | 0.500 0.250 | 1 | 1/3 | 3 | 1.5 min |"
+    assert (s["train_games_start"], s["train_games_final"]) == (0.125, 0.375)
+    assert line == ("| dreamgym_s2r | 0.000 | 0.500 | 0.250 0.500 | 0.125 -> 0.375 | 0.500 0.250 | 1 | 1/3 | 3 | "
+                    "1.5 min |")

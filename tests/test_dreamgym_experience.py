@@ -6,7 +6,8 @@ import jax
 import pytest
 
 from genenv_jax.chat_text import ChatText
-from genenv_jax.dreamgym import experience_model, training
+from genenv_jax.dreamgym import experience_model
+from genenv_jax.loop import experience_sft as training
 from genenv_jax.dreamgym.embedding import Embedder, transition_key_text
 from genenv_jax.dreamgym.experience_model import PromptSettings
 from genenv_jax.dreamgym.predictor import Predictor, Query, Retrieval

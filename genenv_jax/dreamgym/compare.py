@@ -1,7 +1,8 @@
 """DreamGym's miniature comparison on ALFWorld at equal agent updates: real-only GRPO, DreamGym (no
 real rollouts while the agent trains), DreamGym-S2R (synthetic epochs, then real ones) and the
 ablations without replay retrieval, without reasoning and without task generation. Success is
-measured on the real engine (held-out games, greedy) after the warm-start and after every epoch.
+measured on the real engine (held-out games, greedy) after the warm-start and after every epoch,
+and on the train games themselves for the warm-started and the final agent.
 
     python -m genenv_jax.dreamgym.compare --workdir=runs/dreamgym-compare      # ~40 min on 2 CPU cores
 
@@ -121,6 +122,38 @@ def run_arm(workdir: Path, name: str, config: ConfigDict) -> None:
     print(f"{name}: {time.time() - t0:.0f} s")
 
 
+def evaluate_on_train_games(workdir: Path, name: str, config: ConfigDict) -> dict[str, Any]:
+    """Greedy success on the real engine on the train games themselves, of the warm-started agent
+    and of the arm's final one: whether what an arm learned (on synthetic or real episodes)
+    transfers to the real engine; the held-out games ask for generalisation on top of that.
+    Kept in the run's `train_games.json`."""
+    import jax
+
+    from genenv_jax.loop import CoEvolution
+    from genenv_jax.loop.heldout import HeldOut
+    from genenv_jax.run_config import RunConfig
+
+    run_dir = workdir / "runs" / name
+    path = run_dir / "train_games.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    loop = CoEvolution(RunConfig.from_config_dict(config, num_devices=jax.device_count()), run_dir)
+    loop.world = None  # evaluation only: the experience model is not needed
+    try:
+        final = loop.load_or_init()
+        scorer = HeldOut(loop.ctx, loop.agent, loop.environments)
+        scorer.tasks = list(loop.ctx.train_seeds)
+        start = loop.fresh_state().agent.params  # the warm-started weights (from the cache)
+        result = {"epoch": final.epoch, "start": scorer.metrics(start)["heldout/accuracy"],
+                  "final": scorer.metrics(final.agent.params)["heldout/accuracy"], "games": len(scorer.tasks)}
+    finally:
+        loop.checkpointer.close()
+        loop.environments.close()
+    path.write_text(json.dumps(result) + "\n")
+    print(f"{name}: train games on the real engine {result['start']:.3f} -> {result['final']:.3f}")
+    return result
+
+
 def summarise(workdir: Path, names: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Per arm: held-out success after the warm-start, per epoch and at the end; train-time success;
     the experience model's failures; generated tasks; replay size; wall time."""
@@ -153,6 +186,10 @@ def summarise(workdir: Path, names: Sequence[str]) -> dict[str, dict[str, Any]]:
             "experience_sft_loss": [start.get("experience/sft_loss_first"), start.get("experience/sft_loss_last")],
             "seconds": json.loads(done.read_text())["seconds"] if done.is_file() else None,
         }
+        train_games = workdir / "runs" / name / "train_games.json"
+        if train_games.is_file():
+            t = json.loads(train_games.read_text())
+            out[name] |= {"train_games_start": t["start"], "train_games_final": t["final"]}
     return out
 
 
@@ -162,14 +199,16 @@ def report(summary: dict[str, dict[str, Any]], epochs: int) -> str:
 
     lines = [f"DreamGym miniature on ALFWorld ({epochs} epochs per arm, equal agent updates; held-out "
              "success on the real engine, greedy)", "",
-             "| arm | held-out start | held-out final | held-out by epoch | train success by epoch | "
-             "synthetic epochs | generated tasks | experience failures | wall |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| arm | held-out start | held-out final | held-out by epoch | train games, real engine: start -> final | "
+             "train success by epoch | synthetic epochs | generated tasks | experience failures | wall |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in summary.items():
         wall = "-" if s["seconds"] is None else f"{s['seconds'] / 60:.1f} min"
         lines.append(
             f"| {name} | {f(s['heldout_start'])} | {f(s['heldout_final'])} | "
-            f"{' '.join(f(x) for x in s['heldout_by_epoch'])} | {' '.join(f(x) for x in s['train_success_by_epoch'])} | "
+            f"{' '.join(f(x) for x in s['heldout_by_epoch'])} | "
+            f"{f(s.get('train_games_start'))} -> {f(s.get('train_games_final'))} | "
+            f"{' '.join(f(x) for x in s['train_success_by_epoch'])} | "
             f"{s['synthetic_epochs']} | {s['generated_tasks']}/{s['generation_requests']} | "
             f"{s['experience_failures']} | {wall} |")
     return "\n".join(lines) + "\n"
@@ -194,6 +233,7 @@ def main(argv: Sequence[str]) -> None:
         prepare_tokenizer(workdir, comparison_config(workdir, f.epochs, f.seed, {}))
         for name in f.arms:
             run_arm(workdir, name, comparison_config(workdir, f.epochs, f.seed, table[name]))
+            evaluate_on_train_games(workdir, name, comparison_config(workdir, f.epochs, f.seed, table[name]))
     summary = summarise(workdir, f.arms)
     (workdir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     text = report(summary, f.epochs)

@@ -108,7 +108,8 @@ def run(s: FitSettings, workdir: Path) -> dict:
 
     from genenv_jax.chat_text import ChatText
     from genenv_jax.domains.alfworld.domain import ALFWorldDomain
-    from genenv_jax.dreamgym import experience_model, training
+    from genenv_jax.dreamgym import experience_model
+    from genenv_jax.loop import experience_sft as training
     from genenv_jax.dreamgym.embedding import Embedder, transition_key_text
     from genenv_jax.dreamgym.predictor import Predictor, Query, Retrieval, accuracy, baseline_predictions
     from genenv_jax.dreamgym.replay import ReplayBuffer

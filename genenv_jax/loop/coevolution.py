@@ -8,7 +8,7 @@ Modes: `genenv` (both policies learn), `random` (the simulator generates every e
 updated), `static` (variants generated once, up front, then drawn from each epoch) and `dreamgym`
 (DreamGym: training seeds chosen by reward variance plus capped simulator variants; the agent's
 episodes answered by an experience model in synthetic epochs, by the real environment after them;
-`genenv_jax.dreamgym.world`).
+`genenv_jax.loop.experience`).
 Everything an epoch draws at random comes from (config.seed, epoch, stream), so a run resumed from
 the checkpoint of epoch e replays epoch e + 1 exactly as an uninterrupted run would.
 """
@@ -31,6 +31,7 @@ from genenv_jax.episodes import open_environments
 from genenv_jax.loop import learning, records, shared_pools
 from genenv_jax.chat_text import ChatText
 from genenv_jax.loop.context import LoopContext, training_seeds
+from genenv_jax.loop.experience import ExperienceWorld, default_cache_dir
 from genenv_jax.loop.heldout import HeldOut
 from genenv_jax.loop.persistence import check_config_change, load_state, save_state
 from genenv_jax.loop.policy import Policy, build_policy, copy_params
@@ -88,7 +89,6 @@ class CoEvolution:
         else:
             self.task_source = GeneratedTasks(self.ctx, generator)
         if world:
-            from genenv_jax.dreamgym.world import ExperienceWorld, default_cache_dir
             experience = policy(config.experience, config.experience.optimizer.learning_rate)  # SFT only
             self.world = ExperienceWorld(self.ctx, experience, self.pools[REPLAY_POOL],
                                          default_cache_dir(config.warmstart.cache_dir, self.workdir))

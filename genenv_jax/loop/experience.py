@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 from genenv_jax import storage
 from genenv_jax.checkpoint_digests import json_digest
-from genenv_jax.dreamgym import training
+from genenv_jax.loop import experience_sft
 from genenv_jax.dreamgym.domains import OfflineSettings, domain_support
 from genenv_jax.dreamgym.embedding import Embedder, transition_key_text
 from genenv_jax.dreamgym.environments import SyntheticEnvironments
@@ -102,11 +102,11 @@ class ExperienceWorld:
         sft_buffer = ReplayBuffer(self.pool)  # in memory only (never committed): offline transitions alone
         sft_buffer.add(offline, vectors)
         retrieval = Retrieval(sft_buffer, self.embedder, top_k=s.top_k, real_only=True) if s.top_k > 0 else None
-        rows = training.sft_rows(ctx.text, offline, retrieval, self.prompt_settings,
+        rows = experience_sft.sft_rows(ctx.text, offline, retrieval, self.prompt_settings,
                                  self.policy.settings.sampling.max_prompt_len)
 
         def train():
-            state, metrics = training.train(
+            state, metrics = experience_sft.train(
                 self.policy.sft_trainer(), self.policy.sft_state(initial), rows, steps=s.sft_steps,
                 batch_size=s.sft_batch_size, rows_multiple=self.policy.rows_multiple,
                 seed=epoch_seed(ctx.config.init_seed, 0, STREAM_EXPERIENCE_SFT), pad_id=ctx.text.pad_id,
