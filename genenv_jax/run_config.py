@@ -23,6 +23,7 @@ from genenv_jax.config_checks import section as _section
 from genenv_jax.config_checks import to_dict as _to_dict
 from genenv_jax.curriculum import CurriculumConfig
 from genenv_jax.domains.base import SPLITS
+from genenv_jax.dreamgym.settings import DreamGymSettings, dreamgym_settings
 from genenv_jax.models import ModelConfig, preset
 from genenv_jax.models.config import ATTENTION_KERNELS, REMAT_POLICIES
 from genenv_jax.parallel import MeshConfig
@@ -116,33 +117,6 @@ class WarmstartSettings:
     num_seeds: int
     simulator_target: str
     cache_dir: str = ""  # "" -> off; else warm-started weights are kept there, keyed by what produced them
-
-
-@dataclasses.dataclass(frozen=True)
-class DreamGymSettings:
-    """mode=dreamgym (configs/base.py `dreamgym_config` documents each key)."""
-
-    synthetic_epochs: int
-    task_generation: bool
-    generated_task_share: float
-    top_k: int
-    retrieve_real_only: bool
-    reasoning: bool
-    max_history: int
-    grow_replay: bool
-    offline_random_per_task: int
-    offline_random_steps: int
-    offline_invalid_prob: float
-    sft_steps: int
-    sft_batch_size: int
-
-    def synthetic(self, epoch: int) -> bool:
-        """Whether `epoch` rolls out on the experience model (else on the real environment)."""
-        return self.synthetic_epochs < 0 or epoch < self.synthetic_epochs
-
-    @property
-    def any_synthetic(self) -> bool:
-        return self.synthetic_epochs != 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,19 +279,6 @@ def _shared_source(agent: Mapping[str, Any], simulator: Mapping[str, Any]) -> di
     return {key: agent[key] for key in ("model_dir", "preset", "allow_random_init") if key in agent}
 
 
-def _dreamgym(tree: Mapping[str, Any]) -> DreamGymSettings:
-    d = _section(DreamGymSettings, tree, "dreamgym")
-    _positive("dreamgym.synthetic_epochs", d.synthetic_epochs, -1)
-    _fraction("dreamgym.generated_task_share", d.generated_task_share)
-    for key in ("top_k", "max_history", "offline_random_per_task"):
-        _positive(f"dreamgym.{key}", getattr(d, key), 0)
-    for key in ("offline_random_steps", "sft_steps", "sft_batch_size"):
-        _positive(f"dreamgym.{key}", getattr(d, key))
-    if not 0 <= d.offline_invalid_prob < 1:
-        raise _fail("dreamgym.offline_invalid_prob", d.offline_invalid_prob, "must lie in [0, 1)")
-    return d
-
-
 def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
     top = {"seed", "mode", "epochs", "mesh", "allow_config_change", "agent", "simulator", "tokenizer_dir", "domain",
            "curriculum", "seeds_per_epoch", "variants_per_seed", "rollouts_per_task", "seed_selection",
@@ -363,7 +324,7 @@ def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
     if not experience_tree.get("model_dir") and not experience_tree.get("preset"):  # "": the agent's source
         experience_tree.update({k: tree["agent"][k] for k in ("model_dir", "preset", "allow_random_init")})
     experience = _policy(experience_tree, "experience", "rwr", check_source=scalars["mode"] == "dreamgym")
-    dreamgym = _dreamgym(tree.get("dreamgym") or {})
+    dreamgym = dreamgym_settings(tree.get("dreamgym") or {})
 
     domain = _section(DomainSettings, {**tree["domain"], "options": None}, "domain",
                       extra={"options": dict(tree["domain"].get("options") or {})})

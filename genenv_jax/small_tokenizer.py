@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from genenv_jax.tokenization import ENDOFTEXT, IM_END, IM_START, TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 
@@ -45,6 +46,20 @@ def _bpe_merges(vocab: dict[str, int]) -> list[tuple[str, str]]:
                 merges.append((pid, vocab[left], vocab[right], left, right))
     merges.sort()
     return [(left, right) for _, _, _, left, right in merges]
+
+
+def small_tokenizer_once(texts: Callable[[], Iterable[str]], out_dir: str | os.PathLike,
+                         vocab_size: int = DEFAULT_VOCAB_SIZE) -> Path:
+    """`out_dir`, trained on `texts()` unless it already holds a tokenizer; atomic (a staging
+    directory beside it, renamed), so a killed run never leaves half a tokenizer behind."""
+    out = Path(out_dir)
+    if (out / "tokenizer.json").is_file():
+        return out
+    staging = out.parent / f".{out.name}-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    train_small_tokenizer(texts(), staging, vocab_size=vocab_size)
+    staging.rename(out)
+    return out
 
 
 def train_small_tokenizer(texts: Iterable[str], out_dir: str | os.PathLike, vocab_size: int = DEFAULT_VOCAB_SIZE,

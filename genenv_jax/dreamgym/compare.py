@@ -16,8 +16,6 @@ experience model's weights. Resumable: a finished arm is skipped, a killed one r
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -85,25 +83,20 @@ def comparison_config(workdir: Path, epochs: int, seed: int, arm: dict[str, Any]
 def prepare_tokenizer(workdir: Path, config: ConfigDict) -> Path:
     """A 512-piece tokenizer on the train games' agent / simulator texts and the experience model's
     prompts and replies for their offline transitions (trained once; atomic)."""
-    out = workdir / "tokenizer"
-    if (out / "tokenizer.json").is_file():
-        return out
     from genenv_jax.domains import get_domain
     from genenv_jax.dreamgym.domains import OfflineSettings, domain_support
     from genenv_jax.dreamgym.experience_model import PromptSettings
     from genenv_jax.dreamgym.fit_experience import tokenizer_texts
-    from genenv_jax.small_tokenizer import domain_training_texts, train_small_tokenizer
+    from genenv_jax.small_tokenizer import domain_training_texts, small_tokenizer_once
 
-    domain = get_domain("alfworld", **config.domain.options)
-    d = config.dreamgym
-    offline = domain_support(domain).offline(domain, domain.seeds("train"), OfflineSettings(
-        d.offline_random_per_task, d.offline_random_steps, d.offline_invalid_prob, config.seed))
-    texts = domain_training_texts(domain) + tokenizer_texts(offline, PromptSettings(max_history=d.max_history))
-    staging = workdir / f".tokenizer-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    train_small_tokenizer(texts, staging, vocab_size=512)
-    staging.rename(out)
-    return out
+    def texts():
+        domain = get_domain("alfworld", **config.domain.options)
+        d = config.dreamgym
+        offline = domain_support(domain).offline(domain, domain.seeds("train"), OfflineSettings(
+            d.offline_random_per_task, d.offline_random_steps, d.offline_invalid_prob, config.seed))
+        return domain_training_texts(domain) + tokenizer_texts(offline, PromptSettings(max_history=d.max_history))
+
+    return small_tokenizer_once(texts, workdir / "tokenizer", vocab_size=512)
 
 
 def run_arm(workdir: Path, name: str, config: ConfigDict) -> None:
@@ -224,12 +217,9 @@ def main(argv: Sequence[str]) -> None:
     if unknown:
         raise app.UsageError(f"--arms: unknown arm {unknown[0]!r} (known: {', '.join(table)})")
     if not f.report_only:
-        import jax
+        from genenv_jax.compilation_cache import persistent_compilation_cache
 
-        if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):  # arms 2..n reload arm 1's programs
-            jax.config.update("jax_compilation_cache_dir", str(workdir / "xla_cache"))
-            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-            jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+        persistent_compilation_cache(workdir / "xla_cache")  # arms 2..n reload arm 1's programs
         prepare_tokenizer(workdir, comparison_config(workdir, f.epochs, f.seed, {}))
         for name in f.arms:
             run_arm(workdir, name, comparison_config(workdir, f.epochs, f.seed, table[name]))

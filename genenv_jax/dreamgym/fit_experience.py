@@ -17,7 +17,6 @@ import collections
 import dataclasses
 import hashlib
 import json
-import os
 import random
 import shutil
 import time
@@ -117,7 +116,7 @@ def run(s: FitSettings, workdir: Path) -> dict:
     from genenv_jax.pools import Pool
     from genenv_jax.rl import OptimizerConfig, RWRConfig, make_optimizer, make_rwr_step
     from genenv_jax.sampling import Sampler
-    from genenv_jax.small_tokenizer import train_small_tokenizer
+    from genenv_jax.small_tokenizer import small_tokenizer_once
 
     t0 = time.time()
     domain = ALFWorldDomain(games={"train": s.train_games, "validation": s.heldout_games, "test": 0},
@@ -131,12 +130,8 @@ def run(s: FitSettings, workdir: Path) -> dict:
     prompt_settings = experience_model.PromptSettings(max_history=s.max_history, reasoning=s.reasoning)
     texts = tokenizer_texts(train_t, prompt_settings)
     digest = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:12]
-    tok_dir = workdir / f"tokenizer-{s.vocab_size}-{digest}"  # trained once per set of texts
-    if not (tok_dir / "tokenizer.json").is_file():
-        staging = workdir / f".tokenizer-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
-        train_small_tokenizer(texts, staging, vocab_size=s.vocab_size)
-        staging.rename(tok_dir)
+    tok_dir = small_tokenizer_once(lambda: texts, workdir / f"tokenizer-{s.vocab_size}-{digest}",  # once per texts
+                                   vocab_size=s.vocab_size)
     text = ChatText.load(str(tok_dir))
 
     cfg = preset(s.preset, param_dtype="float32", dtype="float32")

@@ -26,6 +26,7 @@ from ml_collections import ConfigDict
 from tqdm.auto import tqdm
 
 from genenv_jax import storage
+from genenv_jax.compilation_cache import persistent_compilation_cache
 from genenv_jax.config_checks import ConfigError
 from genenv_jax.main import _CONFIG, _WORKDIR, command_line_parser, die, one_line  # the flags main defines
 from genenv_jax.run_config import MODES
@@ -91,15 +92,10 @@ def run_config(study: ConfigDict, run: StudyRun, study_dir: Path) -> ConfigDict:
 
 def prepare_tokenizer(study: ConfigDict, domain, study_dir: Path) -> Path:
     """The study tokenizer, trained once on the domain's train seeds (atomic: a temp dir renamed)."""
-    from genenv_jax.small_tokenizer import domain_training_texts, train_small_tokenizer
+    from genenv_jax.small_tokenizer import domain_training_texts, small_tokenizer_once
 
-    out = study_dir / "tokenizer"
-    if (out / "tokenizer.json").is_file():
-        return out
-    staging = study_dir / f".tokenizer-{os.getpid()}"
-    train_small_tokenizer(domain_training_texts(domain), staging, vocab_size=study.tokenizer_vocab_size)
-    staging.rename(out)
-    return out
+    return small_tokenizer_once(lambda: domain_training_texts(domain), study_dir / "tokenizer",
+                                vocab_size=study.tokenizer_vocab_size)
 
 
 def write_plan(study: ConfigDict, domain, runs: Sequence[StudyRun], study_dir: Path, command: str) -> None:
@@ -109,16 +105,6 @@ def write_plan(study: ConfigDict, domain, runs: Sequence[StudyRun], study_dir: P
             "runs": [{"name": r.name, "mode": r.mode, "alpha": r.alpha, "seed": r.seed, "workdir": r.workdir}
                      for r in runs]}
     storage.write_atomic(study_dir / "study.json", json.dumps(plan, indent=1) + "\n")
-
-
-def _compilation_cache(study_dir: Path) -> None:
-    """A persistent XLA cache in the study dir: runs 2..n reload the programs run 1 compiled."""
-    import jax
-
-    if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-        jax.config.update("jax_compilation_cache_dir", str(study_dir / "xla_cache"))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 def run_study(study: ConfigDict, study_dir: str | os.PathLike, command: str = "") -> Path:
@@ -139,7 +125,7 @@ def run_study(study: ConfigDict, study_dir: str | os.PathLike, command: str = ""
     configs = {r.name: RunConfig.from_config_dict(run_config(study, r, study_dir), num_devices=jax.device_count())
                for r in runs}
     write_plan(study, domain, runs, study_dir, command)
-    _compilation_cache(study_dir)
+    persistent_compilation_cache(study_dir / "xla_cache")  # runs 2..n reload what run 1 compiled
     bar = tqdm(runs, desc="study", unit="run")
     for run in bar:
         bar.set_postfix_str(run.name)
