@@ -12,7 +12,7 @@ import pytest
 from genenv_jax.chat_text import ChatText
 from genenv_jax.domains.base import ChatPrompt, Task
 from genenv_jax.dreamgym import experience_model
-from genenv_jax.dreamgym.environments import SyntheticEnvironments
+from genenv_jax.dreamgym.environments import Move, SyntheticEnvironments
 from genenv_jax.dreamgym.experience_model import Prediction, PromptSettings
 from genenv_jax.dreamgym.predictor import Predictor, Query, accuracy, baseline_predictions
 from genenv_jax.dreamgym.transitions import Transition
@@ -115,21 +115,27 @@ def test_accuracy_and_the_trivial_baselines():
 
 
 # ---------------------------------------------------------------- synthetic episodes
-class ToyAdapter:
+class ToyEpisode:
     """A room with a mug: the agent's command is its `Action:` line."""
 
     max_steps = 3
 
-    def start(self, task):
-        state = f"You are in a room. {task.prompt['start']}"
-        return ChatPrompt(messages=[{"role": "user", "content": state}]), state, task.prompt["goal"]
+    def __init__(self, task):
+        self.state = f"You are in a room. {task.prompt['start']}"
+        self.first = ChatPrompt(messages=[{"role": "user", "content": self.state}])
+        self.task_text = task.prompt["goal"]
 
-    def action(self, agent_text):
+    def move(self, agent_text):
         found = re.findall(r"Action: (.+)", agent_text)
-        return found[-1].strip() if found else None
+        return Move(action=found[-1].strip() if found else None)
 
     def observation(self, next_state):
         return [{"role": "user", "content": next_state}]
+
+
+class ToyAdapter:
+    def start(self, task):
+        return ToyEpisode(task)
 
 
 def _world(prompt):

@@ -5,9 +5,11 @@ score / close requests), so synthetic rollouts are batched exactly like real one
 Per DreamGym: the episode starts from the task's real initial state; each agent action goes to
 the experience model with the episode's history and retrieved real transitions, and its predicted
 next state is the agent's next observation. An action the domain cannot read, or a reply of the
-experience model that does not parse, is a failure state: the episode ends with reward 0. The
-reward is outcome-only: 1 when the model predicts the task complete (which ends the episode).
-Every predicted step is kept as a synthetic transition for the replay buffer.
+experience model that does not parse (or that the domain cannot show), is a failure state: the
+episode ends with reward 0. The reward is outcome-only: 1 when the model predicts the task
+complete on a step whose reward counts (which ends the episode). A domain may also answer a step
+itself (`Move.scripted`: BFCL's next user turn comes from the task, not from the model). Every
+predicted step is kept as a synthetic transition for the replay buffer.
 """
 
 from __future__ import annotations
@@ -20,25 +22,51 @@ from genenv_jax.dreamgym.predictor import Predictor, Query
 from genenv_jax.dreamgym.transitions import Transition
 
 
+@dataclasses.dataclass(frozen=True)
+class Move:
+    """What one agent reply asks of the environment.
+
+    `action` is the step as the experience model sees it (None: the reply names no action the
+    domain can read, a failure state with reason `failure`). `scripted` is (next state, messages)
+    when the domain answers the step itself without the model. `rewarded` False: the predicted
+    reward of this step is ignored (recorded as 0); `final` True: the episode ends after this step,
+    its predicted reward being the outcome.
+    """
+
+    action: str | None
+    scripted: tuple[str, list[Message]] | None = None
+    rewarded: bool = True
+    final: bool = False
+    failure: str = "invalid_action"
+
+
+class SyntheticEpisode(Protocol):
+    """One episode's domain side: its first prompt and state, and how agent replies become steps."""
+
+    first: ChatPrompt        # the agent's first prompt (the real environment's own)
+    state: str               # the first state as the experience model sees it
+    task_text: str           # the task as the experience model sees it
+    max_steps: int           # predicted and scripted steps before the episode ends
+
+    def move(self, agent_text: str) -> Move:
+        """The step an agent reply asks for (called once per reply, in order)."""
+
+    def observation(self, next_state: str) -> list[Message] | None:
+        """The messages the agent is shown for a predicted state; None when the domain cannot show
+        it (e.g. not one tool result per call): a failure state."""
+
+
 class SyntheticAdapter(Protocol):
     """What a domain supplies for synthetic episodes."""
 
-    max_steps: int
-
-    def start(self, task: Task) -> tuple[ChatPrompt, str, str]:
-        """(the agent's first prompt, the first state as the experience model sees it, the task text)."""
-
-    def action(self, agent_text: str) -> str | None:
-        """The command in an agent reply, or None when there is none (a failure state)."""
-
-    def observation(self, next_state: str) -> list[Message]:
-        """The messages the agent is shown for a predicted state."""
+    def start(self, task: Task) -> SyntheticEpisode:
+        """A fresh episode of `task`."""
 
 
 @dataclasses.dataclass
 class _Episode:
     task: Task
-    task_text: str
+    domain: SyntheticEpisode
     state: str
     history: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     steps: int = 0
@@ -71,9 +99,9 @@ class SyntheticEnvironments:
         for i, (op, episode, payload) in enumerate(requests):
             if op == "reset":
                 task = Task.from_json(payload)
-                first, state, task_text = self.adapter.start(task)
-                self._episodes[episode] = _Episode(task, task_text, state)
-                answers[i] = first
+                domain_episode = self.adapter.start(task)
+                self._episodes[episode] = _Episode(task, domain_episode, domain_episode.state)
+                answers[i] = domain_episode.first
             elif op == "step":
                 steps.append(i)
             elif op == "score":
@@ -94,41 +122,60 @@ class SyntheticEnvironments:
     # ------------------------------------------------------------------ steps
     def _step(self, requests: Sequence[tuple[int, str]]) -> list[StepOutcome]:
         outcomes: list[StepOutcome | None] = [None] * len(requests)
-        asked: list[tuple[int, _Episode, str]] = []
+        asked: list[tuple[int, _Episode, Move]] = []
         for i, (episode, agent_text) in enumerate(requests):
             ep = self._episodes[episode]
             if ep.done:
                 outcomes[i] = StepOutcome(observation=[], done=True, info={"errors": {"step_after_done": 1}})
                 continue
-            action = self.adapter.action(agent_text)
-            if action is None:
-                outcomes[i] = self._fail(ep, "invalid_action", None)
+            move = ep.domain.move(agent_text)
+            if move.action is None:
+                outcomes[i] = self._fail(ep, move.failure, None)
+            elif move.scripted is not None:
+                outcomes[i] = self._scripted(ep, move)
             else:
-                asked.append((i, ep, action))
-        queries = [Query(ep.task_text, tuple(ep.history), ep.state, action) for _, ep, action in asked]
+                asked.append((i, ep, move))
+        queries = [Query(ep.domain.task_text, tuple(ep.history), ep.state, move.action) for _, ep, move in asked]
         predictions, counts = self.predictor.predict(queries, self._seed * 1_000_003 + self._calls)
         self._calls += 1
         for key, value in counts.items():
             self.counts[key] = self.counts.get(key, 0) + value
-        for (i, ep, action), prediction in zip(asked, predictions):
-            if not prediction.ok:
-                outcomes[i] = self._fail(ep, f"experience_{prediction.error}", action)
-                continue
-            self.transitions.append(Transition(
-                domain=self.domain_name, task_id=ep.task.task_id, task=ep.task_text,
-                history=[list(pair) for pair in ep.history], state=ep.state, action=action,
-                next_state=prediction.next_state, reward=prediction.reward, done=prediction.reward >= 0.5,
-                valid=True, reasoning=prediction.reasoning, source="synthetic", step=ep.steps))
-            ep.history.append((ep.state, action))
-            ep.state, ep.steps = prediction.next_state, ep.steps + 1
-            info = {"errors": {}, "command": action, "won": prediction.reward >= 0.5}
-            if prediction.reward >= 0.5 or ep.steps >= self.adapter.max_steps:
-                ep.reward, ep.done = prediction.reward, True
-                outcomes[i] = StepOutcome(observation=[], done=True, info=info)
-            else:
-                outcomes[i] = StepOutcome(observation=self.adapter.observation(prediction.next_state), done=False,
-                                          info=info)
+        for (i, ep, move), prediction in zip(asked, predictions):
+            outcomes[i] = self._predicted(ep, move, prediction)
         return outcomes
+
+    def _scripted(self, ep: _Episode, move: Move) -> StepOutcome:
+        """The domain's own answer: no prediction, no transition; the episode goes on."""
+        next_state, messages = move.scripted
+        ep.history.append((ep.state, move.action))
+        ep.state, ep.steps = next_state, ep.steps + 1
+        info = {"errors": {}, "command": move.action, "won": False}
+        if ep.steps >= ep.domain.max_steps:
+            ep.done = True
+            return StepOutcome(observation=[], done=True, info=info)
+        return StepOutcome(observation=messages, done=False, info=info)
+
+    def _predicted(self, ep: _Episode, move: Move, prediction) -> StepOutcome:
+        if not prediction.ok:
+            return self._fail(ep, f"experience_{prediction.error}", move.action)
+        reward = prediction.reward if move.rewarded else 0.0
+        ends = move.final or reward >= 0.5 or ep.steps + 1 >= ep.domain.max_steps
+        messages = [] if ends else ep.domain.observation(prediction.next_state)
+        if messages is None:
+            self.counts["experience/unusable_state"] = self.counts.get("experience/unusable_state", 0) + 1
+            return self._fail(ep, "experience_unusable_state", move.action)
+        self.transitions.append(Transition(
+            domain=self.domain_name, task_id=ep.task.task_id, task=ep.domain.task_text,
+            history=[list(pair) for pair in ep.history], state=ep.state, action=move.action,
+            next_state=prediction.next_state, reward=reward, done=ends, valid=True,
+            reasoning=prediction.reasoning, source="synthetic", step=ep.steps))
+        ep.history.append((ep.state, move.action))
+        ep.state, ep.steps = prediction.next_state, ep.steps + 1
+        info = {"errors": {}, "command": move.action, "won": reward >= 0.5}
+        if ends:
+            ep.reward, ep.done = reward, True
+            return StepOutcome(observation=[], done=True, info=info)
+        return StepOutcome(observation=messages, done=False, info=info)
 
     @staticmethod
     def _fail(ep: _Episode, reason: str, action: str | None) -> StepOutcome:

@@ -22,15 +22,23 @@ from typing import Sequence
 from genenv_jax.domains.base import ChatPrompt
 from genenv_jax.dreamgym.transitions import Transition
 
-SYSTEM = (
-    "You are the environment of a text game that an agent plays. Given the agent's task, the episode so far, "
-    "similar real transitions, the current state and the agent's action, predict what the environment does: "
-    "first reason about the action's effect, then write the next state exactly as the game would print it, "
-    "then the reward (1 only when this action completes the task, else 0).")
-SYSTEM_NO_REASONING = (
-    "You are the environment of a text game that an agent plays. Given the agent's task, the episode so far, "
-    "similar real transitions, the current state and the agent's action, write the next state exactly as the "
-    "game would print it, then the reward (1 only when this action completes the task, else 0).")
+GAME = "a text game that an agent plays"
+
+
+def system_text(environment: str = GAME, reasoning: bool = True) -> str:
+    """The experience model's instructions for standing in for `environment`."""
+    head = (f"You are the environment of {environment}. Given the agent's task, the episode so far, similar real "
+            "transitions, the current state and the agent's action, ")
+    if reasoning:
+        return head + ("predict what the environment does: first reason about the action's effect, then write the "
+                       "next state exactly as the environment would print it, then the reward (1 only when this "
+                       "action completes the task, else 0).")
+    return head + ("write the next state exactly as the environment would print it, then the reward (1 only when "
+                   "this action completes the task, else 0).")
+
+
+SYSTEM = system_text(GAME, True)
+SYSTEM_NO_REASONING = system_text(GAME, False)
 
 _REPLY = re.compile(r"^(?:Reasoning:[ \t]*(?P<reasoning>.*?)\n)?Next state:[ \t]*(?P<state>.*?)\nReward:[ \t]*"
                     r"(?P<reward>[01])\s*$", re.DOTALL)
@@ -44,6 +52,7 @@ class PromptSettings:
     reasoning: bool = True
     max_state_chars: int = 600   # a very long state (a room's full description) is cut from its middle
     max_demo_state_chars: int = 240  # a demo's (and a history step's) state: shorter, context only
+    environment: str = GAME          # what the model stands in for (the domain's description)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +93,7 @@ def prompt(task: str, history: Sequence[Sequence[str]], state: str, action: str,
         lines += [f"State: {_clip(st, s.max_demo_state_chars)}\nAction: {a or '(none)'}" for st, a in shown]
         parts.append("Episode so far:\n" + "\n".join(lines))
     parts.append(f"Current state: {_clip(state, s.max_state_chars)}\nAction: {action or '(none)'}")
-    return ChatPrompt(messages=[{"role": "system", "content": SYSTEM if s.reasoning else SYSTEM_NO_REASONING},
+    return ChatPrompt(messages=[{"role": "system", "content": system_text(s.environment, s.reasoning)},
                                 {"role": "user", "content": "\n\n".join(parts)}])
 
 

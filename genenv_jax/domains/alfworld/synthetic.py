@@ -4,14 +4,34 @@ command, and predicted states shown to the agent as the engine's text would be."
 
 from __future__ import annotations
 
+import dataclasses
+
 from genenv_jax.domains.base import ChatPrompt, Message, Task
 from genenv_jax.domains.alfworld.domain import ALFWorldDomain
 from genenv_jax.domains.alfworld.episode import COMMANDS_SUFFIX, parse_action
+from genenv_jax.dreamgym.environments import Move
 
 
 def state_text(observation: str) -> str:
     """An observation without the list of available commands the environment may append."""
     return observation.split(COMMANDS_SUFFIX, 1)[0].strip()
+
+
+@dataclasses.dataclass
+class ALFWorldSyntheticEpisode:
+    """A `dreamgym.environments.SyntheticEpisode`: every parsed command is predicted; a predicted
+    reward of 1 (the game won) ends the episode."""
+
+    first: ChatPrompt
+    state: str
+    task_text: str
+    max_steps: int
+
+    def move(self, agent_text: str) -> Move:
+        return Move(action=parse_action(agent_text))
+
+    def observation(self, next_state: str) -> list[Message]:
+        return [{"role": "user", "content": next_state}]
 
 
 class ALFWorldSynthetic:
@@ -22,14 +42,8 @@ class ALFWorldSynthetic:
 
     def __init__(self, domain: ALFWorldDomain):
         self.domain = domain
-        self.max_steps = domain.max_steps
 
-    def start(self, task: Task) -> tuple[ChatPrompt, str, str]:
+    def start(self, task: Task) -> ALFWorldSyntheticEpisode:
         first = self.domain.agent_prompt(task)
-        return first, state_text(first.messages[-1]["content"]), task.prompt.get("task", "")
-
-    def action(self, agent_text: str) -> str | None:
-        return parse_action(agent_text)
-
-    def observation(self, next_state: str) -> list[Message]:
-        return [{"role": "user", "content": next_state}]
+        return ALFWorldSyntheticEpisode(first, state_text(first.messages[-1]["content"]), task.prompt.get("task", ""),
+                                        self.domain.max_steps)
