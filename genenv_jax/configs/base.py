@@ -84,10 +84,11 @@ def dreamgym_config() -> ConfigDict:
         "retrieve_real_only": True,     # retrieve offline / real transitions only (synthetic ones are kept)
         "reasoning": True,              # the experience model reasons before predicting the next state
         "max_history": 4,               # earlier (state, action) steps shown to the experience model
-        "grow_replay": True,            # add each epoch's synthetic (and real agent) transitions
-        "offline_random_per_task": 2,   # offline data per training seed: the expert walkthrough and this
-        "offline_random_steps": 12,     # many random-action episodes of this many steps, with this
-        "offline_invalid_prob": 0.15,   # share of inadmissible commands
+        "grow_replay": True,            # add each synthetic epoch's transitions to the buffer
+        "offline_random_per_task": 2,   # offline data per training seed: the expert episode and this many
+        "offline_random_steps": 12,     # random episodes of at most this many agent replies; ALFWorld:
+        "offline_invalid_prob": 0.15,   # this share of inadmissible commands; BFCL multi-turn: each
+                                        # turn's ground-truth calls perturbed with this probability
         "sft_steps": 300,               # the experience model's SFT on the offline transitions
         "sft_batch_size": 8,
     })

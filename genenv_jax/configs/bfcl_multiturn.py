@@ -7,6 +7,9 @@ prompts reach 7.6k tokens with the function docs; an ideal episode has up to 15 
 `tiny`: a random tiny Qwen2 with the real Qwen tokenizer, the 2 shortest multi_turn_base training
 seeds (~3.6k-token first prompts), a short supervised warm-start on reference episodes and sibling
 tasks, 2 epochs: the multi-turn machinery end to end on a CPU in minutes.
+`dreamgym`: `tiny` in mode=dreamgym (docs/dreamgym.md): an experience model fitted on the seeds'
+real transitions (ground-truth and perturbed calls run on the backends) predicts the tool results
+and the outcome in the first epoch; the real backends answer in the second (sim-to-real).
 """
 
 from ml_collections import ConfigDict
@@ -26,6 +29,15 @@ def get_config(preset: str = "7b") -> ConfigDict:
     c.episodes.max_total_tokens = 16384
     # Simulator: prompts up to 2,950 tokens, shipped tasks written as generations up to 1,848.
     c.simulator.sampling.max_new_tokens = 2048
+    # DreamGym's experience model: prompts (task with the initial backend states, demos, history)
+    # ~1-2k tokens; a reply (reasoning, one result line per call, reward) up to ~400.
+    c.experience.sampling.update(max_new_tokens=512, max_prompt_len=3072)
+    c.dreamgym.offline_random_steps = 32    # BFCL: the most agent replies of a perturbed episode
+    if preset == "dreamgym":
+        c = base.with_preset(c, "tiny", tiny)
+        dreamgym_tiny(c)
+        c.preset_name = preset
+        return c
     return base.with_preset(c, preset, tiny)
 
 
@@ -55,3 +67,15 @@ def tiny(c: ConfigDict) -> None:
     c.warmstart.simulator_steps = 24
     c.warmstart.batch_size = 1
     c.warmstart.simulator_target = "shortest"
+
+
+def dreamgym_tiny(c: ConfigDict) -> None:
+    """`tiny` in mode=dreamgym: 1 synthetic epoch then 1 real one, a short experience-model SFT on
+    each seed's expert episode and 2 perturbed ones."""
+    c.mode = "dreamgym"
+    c.replay.tasks_per_epoch = 0        # the curriculum chooses every task (seeds + capped variants)
+    c.experience.sampling.update(max_new_tokens=160, max_prompt_len=2048, temperature=0.3)
+    c.experience.optimizer.learning_rate = 3e-3
+    c.experience.train.loss.chunk_size = 64
+    c.dreamgym.update(synthetic_epochs=1, offline_random_per_task=2, offline_invalid_prob=0.5, sft_steps=16,
+                      sft_batch_size=2, max_history=2, top_k=2)

@@ -1,5 +1,6 @@
 """What DreamGym needs from a domain, by domain name: the synthetic-episode adapter, the offline
-real transitions of its training seeds, and an agent episode's real transitions (replay growth)."""
+real transitions of its training seeds, an agent episode's real transitions, and the description
+of the environment the experience model stands in for."""
 
 from __future__ import annotations
 
@@ -10,17 +11,24 @@ from typing import Callable, Sequence
 from genenv_jax.config_checks import ConfigError
 from genenv_jax.domains.base import Domain, Message, Task
 from genenv_jax.dreamgym.environments import SyntheticAdapter
+from genenv_jax.dreamgym.experience_model import GAME
 from genenv_jax.dreamgym.transitions import Transition
 
 
 @dataclasses.dataclass(frozen=True)
 class OfflineSettings:
-    """Offline data per training seed: the expert walkthrough and `random_per_task` random episodes."""
+    """Offline data per training seed: the expert episode and `random_per_task` random (ALFWorld:
+    random commands, inadmissible with probability `invalid_prob`) or perturbed (BFCL multi-turn:
+    each turn's calls perturbed with probability `invalid_prob`) episodes of at most `random_steps`
+    agent replies."""
 
     random_per_task: int
     random_steps: int
     invalid_prob: float
     seed: int
+
+    def rng(self) -> random.Random:
+        return random.Random(f"dreamgym-offline/{self.seed}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +36,7 @@ class DomainSupport:
     adapter: Callable[[Domain], SyntheticAdapter]
     offline: Callable[[Domain, Sequence[Task], OfflineSettings], list[Transition]]
     episode: Callable[[Domain, Task, Sequence[Message]], list[Transition]]
+    environment: str   # the experience model's system prompt: "You are the environment of <environment>."
 
 
 def _alfworld() -> DomainSupport:
@@ -35,17 +44,31 @@ def _alfworld() -> DomainSupport:
     from genenv_jax.domains.alfworld.synthetic import ALFWorldSynthetic
 
     def offline(domain, tasks, s: OfflineSettings):
-        return transitions.collect(domain, tasks, random_per_task=s.random_per_task,
-                                   rng=random.Random(f"dreamgym-offline/{s.seed}"), random_steps=s.random_steps,
-                                   invalid_prob=s.invalid_prob)
+        return transitions.collect(domain, tasks, random_per_task=s.random_per_task, rng=s.rng(),
+                                   random_steps=s.random_steps, invalid_prob=s.invalid_prob)
 
     def episode(domain, task, transcript):
         return transitions.episode_transitions(domain, task, transcript, source="agent")
 
-    return DomainSupport(adapter=ALFWorldSynthetic, offline=offline, episode=episode)
+    return DomainSupport(adapter=ALFWorldSynthetic, offline=offline, episode=episode, environment=GAME)
 
 
-SUPPORTED = {"alfworld": _alfworld}
+def _bfcl_multiturn() -> DomainSupport:
+    from genenv_jax.domains.bfcl_multiturn import transitions
+    from genenv_jax.domains.bfcl_multiturn.experience_text import ENVIRONMENT
+    from genenv_jax.domains.bfcl_multiturn.synthetic import BFCLMultiTurnSynthetic
+
+    def offline(domain, tasks, s: OfflineSettings):
+        return transitions.collect(domain, tasks, random_per_task=s.random_per_task, rng=s.rng(),
+                                   max_replies=s.random_steps, perturb_prob=s.invalid_prob)
+
+    def episode(domain, task, transcript):
+        return transitions.episode_transitions(task, transcript, source="agent")
+
+    return DomainSupport(adapter=BFCLMultiTurnSynthetic, offline=offline, episode=episode, environment=ENVIRONMENT)
+
+
+SUPPORTED = {"alfworld": _alfworld, "bfcl_multiturn": _bfcl_multiturn}
 
 
 def domain_support(domain: Domain) -> DomainSupport:

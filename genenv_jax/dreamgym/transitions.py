@@ -32,7 +32,7 @@ class Transition(_Record):
     next_state: str                # s_{t+1}
     reward: float                  # r_{t+1}: 1.0 only on the step that completes the task
     done: bool                     # the episode ended with this step (won, or a failure state)
-    valid: bool                    # the action was admissible in s_t
+    valid: bool                    # ALFWorld: admissible in s_t; BFCL: every call ran without an error
     reasoning: str                 # why s_t, a_t lead to s_{t+1} (engine-derived for real transitions)
     source: str                    # one of SOURCES
     step: int = 0                  # t

@@ -57,7 +57,8 @@ class ExperienceWorld:
         self.ctx, self.policy, self.pool, self.cache_dir = ctx, policy, pool, cache_dir
         self.settings = ctx.config.dreamgym
         self.support = domain_support(ctx.domain)
-        self.prompt_settings = PromptSettings(max_history=self.settings.max_history, reasoning=self.settings.reasoning)
+        self.prompt_settings = PromptSettings(max_history=self.settings.max_history, reasoning=self.settings.reasoning,
+                                              environment=self.support.environment)
         self.buffer: ReplayBuffer | None = None
         self.environments: SyntheticEnvironments | None = None
         self.embedder: Embedder | None = None

@@ -52,6 +52,13 @@ def _blocks_in_order(parsed: ParseResult) -> list[Any]:
     return [errors[i] if i in errors else next(calls) for i in range(total)]
 
 
+def user_turn(scenario: Scenario, turn: int) -> list[Message]:
+    """The messages that open `turn` (BFCL's reveal message at a turn that adds functions)."""
+    if turn in scenario.revealed:
+        return [reveal_message(scenario.revealed_docs(turn))]
+    return scenario.user_messages(turn)
+
+
 @dataclasses.dataclass
 class TurnTracker:
     """Where an episode stands given the agent's texts so far: the calls of each turn's steps."""
@@ -116,12 +123,7 @@ class MultiTurnEnvironment(Environment):
 
     def reset(self) -> ChatPrompt:
         """The first user turn with the initially shown function docs as tools."""
-        return ChatPrompt(messages=self._user_turn(0), tools=hinted(self.scenario.initial_docs()) or None)
-
-    def _user_turn(self, turn: int) -> list[Message]:
-        if turn in self.scenario.revealed:
-            return [reveal_message(self.scenario.revealed_docs(turn))]
-        return self.scenario.user_messages(turn)
+        return ChatPrompt(messages=user_turn(self.scenario, 0), tools=hinted(self.scenario.initial_docs()) or None)
 
     def step(self, agent_text: str) -> StepOutcome:
         """Tool results for a reply with calls; the next user turn (or done) for a reply without."""
@@ -141,7 +143,7 @@ class MultiTurnEnvironment(Environment):
             turn = self.tracker.turn
             if turn in self.scenario.revealed:
                 info["new_tools"] = self.scenario.revealed_docs(turn)
-            return StepOutcome(observation=self._user_turn(turn), done=False, info=info)
+            return StepOutcome(observation=user_turn(self.scenario, turn), done=False, info=info)
         return StepOutcome(observation=[{"role": "tool", "content": o.observation} for o in outcomes],
                            done=False, info=info)
 
