@@ -91,7 +91,8 @@ def test_expert_transitions_are_the_real_episode_with_reward_one_at_its_end(doma
         # one transition per step with calls (the ground truth's turns with calls) and the final one
         assert len(calls) == sum(bool(gt) for gt in scenario.ground_truth) and steps[-1].action == END_TURN
         assert [t.done for t in steps] == [False] * (len(steps) - 1) + [True]
-        assert steps[-1].next_state == EPISODE_OVER and steps[-1].reward == 1.0 and "done as asked" in steps[-1].reasoning
+        assert steps[-1].next_state == EPISODE_OVER and steps[-1].reward == 1.0
+        assert "done as asked" in steps[-1].reasoning
         assert all(t.reward == 0.0 and t.valid and t.source == "expert" for t in calls)
         for t in calls:  # one result line per call, the history grows by every agent reply
             assert len(result_lines(t.next_state)) == len(t.action.split("\n"))
@@ -219,3 +220,21 @@ def test_the_dreamgym_preset_validates_and_its_offline_data_has_both_outcomes():
     assert {t.reward for t in offline if t.done and t.source == "random"} == {0.0, 1.0}
     assert offline == domain_support(domain).offline(domain, tasks, OfflineSettings(
         d.offline_random_per_task, d.offline_random_steps, d.offline_invalid_prob, config.seed))  # deterministic
+
+
+def test_fit_experience_collects_bfcl_train_and_held_out_tasks_apart():
+    from pathlib import Path
+
+    from genenv_jax.dreamgym import fit_experience
+
+    s = fit_experience.FitSettings(
+        train_games=4, heldout_games=2, task_types=(), random_per_task=1, random_steps=32, invalid_prob=0.5,
+        preset="study-1m", vocab_size=512, steps=1, batch_size=1, learning_rate=1e-3, top_k=1, reasoning=True,
+        max_history=1, max_prompt_len=2048, max_new_tokens=16, max_heldout=4, seed=0, domain="bfcl_multiturn")
+    domain = fit_experience.make_domain(s, Path("/nonexistent"))
+    train = fit_experience.collect_split(domain, "train", s)
+    heldout = fit_experience.collect_split(domain, "validation", s)
+    assert len({t.task_id for t in train}) == 4 and len({t.task_id for t in heldout}) == 2
+    scenario = {t.task_id: t.metadata["scenario"] for t in domain.seeds("all")}
+    assert not {scenario[t.task_id] for t in train} & {scenario[t.task_id] for t in heldout}
+    assert {t.source for t in train} == {"expert", "random"}

@@ -1,15 +1,19 @@
-"""Fits an experience model on real ALFWorld transitions and measures it on held-out games:
-next-state exact match and reward accuracy against the trivial baselines (repeat the current state;
-"Nothing happens.").
+"""Fits an experience model on real transitions and measures it on held-out tasks: next-state exact
+match and reward accuracy against the trivial baselines (repeat the current state; "Nothing
+happens.").
 
     python -m genenv_jax.dreamgym.fit_experience --workdir=runs/experience [--steps=300 ...]
+    python -m genenv_jax.dreamgym.fit_experience --domain=bfcl_multiturn --workdir=runs/experience-bfcl \
+        --max_prompt_len=2048 --max_new_tokens=384
 
-Train transitions come from the generated train games (expert walkthroughs + random admissible and
-inadmissible actions), held-out ones from the validation games (other placements, other tasks), so
-no held-out game is ever seen in training. The tokenizer is a small SentencePiece model trained on
-the train transitions' texts (as the study's miniature models do); the model a random `study-*`
-preset. Retrieval keys on the model's initial weights (a fixed embedding: stored vectors never go
-stale when the model trains). Writes `results.json` and prints the table."""
+ALFWorld (default): train transitions come from the generated train games (expert walkthroughs +
+random admissible and inadmissible actions), held-out ones from the validation games (other
+placements, other tasks). BFCL multi-turn: from the train split's tasks (ground-truth and perturbed
+episodes run on the backends), held out from the validation split (other scenarios). No held-out
+task is ever seen in training. The tokenizer is a small SentencePiece model trained on the train
+transitions' texts (as the study's miniature models do); the model a random `study-*` preset.
+Retrieval keys on the model's initial weights (a fixed embedding: stored vectors never go stale
+when the model trains). Writes `results.json` and prints the table."""
 
 from __future__ import annotations
 
@@ -33,14 +37,17 @@ def define_flags() -> None:
     (tests, notebooks) never clashes with the main program's flags."""
     flags.DEFINE_string("workdir", None, "Output directory (games cache, tokenizer, results.json).",
                         required=True)
-    flags.DEFINE_integer("train_games", 16, "Generated ALFWorld train games to collect from.")
-    flags.DEFINE_integer("heldout_games", 6, "Generated validation games held out for scoring.")
+    flags.DEFINE_enum("domain", "alfworld", ["alfworld", "bfcl_multiturn"], "Whose transitions.")
+    flags.DEFINE_list("categories", ["multi_turn_base"], "BFCL multi-turn categories (domain bfcl_multiturn).")
+    flags.DEFINE_integer("train_games", 16, "Train tasks to collect from (ALFWorld: generated games).")
+    flags.DEFINE_integer("heldout_games", 6, "Validation tasks held out for scoring.")
     flags.DEFINE_list("task_types", ["pick_and_place_simple", "pick_clean_then_place_in_recep",
                                      "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep"],
                       "ALFWorld task types of the games.")
-    flags.DEFINE_integer("random_per_task", 2, "Random-action episodes per game.")
-    flags.DEFINE_integer("random_steps", 12, "Steps per random episode.")
-    flags.DEFINE_float("invalid_prob", 0.15, "Share of inadmissible commands in random episodes.")
+    flags.DEFINE_integer("random_per_task", 2, "Random-action (BFCL: perturbed) episodes per task.")
+    flags.DEFINE_integer("random_steps", 12, "Steps (agent replies) per random / perturbed episode.")
+    flags.DEFINE_float("invalid_prob", 0.15, "ALFWorld: share of inadmissible commands in random episodes; "
+                       "BFCL: probability that a turn's calls are perturbed.")
     flags.DEFINE_string("preset", "study-1m", "Model preset (random init).")
     flags.DEFINE_integer("vocab_size", 512, "SentencePiece vocabulary of the small tokenizer.")
     flags.DEFINE_integer("steps", 300, "SFT steps.")
@@ -75,15 +82,32 @@ class FitSettings:
     max_new_tokens: int
     max_heldout: int
     seed: int
+    domain: str = "alfworld"
+    categories: tuple[str, ...] = ("multi_turn_base",)
+
+
+def make_domain(s: FitSettings, workdir: Path):
+    """The domain whose tasks are collected: `train_games` train and `heldout_games` validation tasks."""
+    if s.domain == "alfworld":
+        from genenv_jax.domains.alfworld.domain import ALFWorldDomain
+        return ALFWorldDomain(games={"train": s.train_games, "validation": s.heldout_games, "test": 0},
+                              task_types=s.task_types, admissible="first_turn", cache_dir=str(workdir / "games"))
+    from genenv_jax.domains.bfcl_multiturn import BFCLMultiTurnDomain
+    return BFCLMultiTurnDomain(categories=s.categories)
 
 
 def collect_split(domain, split: str, s: FitSettings):
-    """Real transitions of a split's games: each game's expert walkthrough and random episodes."""
-    from genenv_jax.domains.alfworld.transitions import collect
-
-    tasks = domain.seeds(split)
-    return collect(domain, tasks, random_per_task=s.random_per_task, rng=random.Random(f"{s.seed}/{split}"),
-                   random_steps=s.random_steps, invalid_prob=s.invalid_prob)
+    """Real transitions of a split's tasks: each one's expert episode and random (ALFWorld) or
+    perturbed (BFCL multi-turn) episodes."""
+    rng = random.Random(f"{s.seed}/{split}")
+    if s.domain == "alfworld":
+        from genenv_jax.domains.alfworld.transitions import collect
+        return collect(domain, domain.seeds(split), random_per_task=s.random_per_task, rng=rng,
+                       random_steps=s.random_steps, invalid_prob=s.invalid_prob)
+    from genenv_jax.domains.bfcl_multiturn.transitions import collect
+    tasks = domain.seeds(split)[:s.train_games if split == "train" else s.heldout_games]
+    return collect(domain, tasks, random_per_task=s.random_per_task, rng=rng, max_replies=s.random_steps,
+                   perturb_prob=s.invalid_prob)
 
 
 def tokenizer_texts(transitions, settings) -> list[str]:
@@ -106,8 +130,8 @@ def run(s: FitSettings, workdir: Path) -> dict:
     import numpy as np
 
     from genenv_jax.chat_text import ChatText
-    from genenv_jax.domains.alfworld.domain import ALFWorldDomain
     from genenv_jax.dreamgym import experience_model
+    from genenv_jax.dreamgym.domains import domain_support
     from genenv_jax.loop import experience_sft as training
     from genenv_jax.dreamgym.embedding import Embedder, transition_key_text
     from genenv_jax.dreamgym.predictor import Predictor, Query, Retrieval, accuracy, baseline_predictions
@@ -119,15 +143,15 @@ def run(s: FitSettings, workdir: Path) -> dict:
     from genenv_jax.small_tokenizer import small_tokenizer_once
 
     t0 = time.time()
-    domain = ALFWorldDomain(games={"train": s.train_games, "validation": s.heldout_games, "test": 0},
-                            task_types=s.task_types, admissible="first_turn", cache_dir=str(workdir / "games"))
+    domain = make_domain(s, workdir)
     train_t, heldout_t = collect_split(domain, "train", s), collect_split(domain, "validation", s)
     rng = random.Random(s.seed)
     scored = sorted(rng.sample(range(len(heldout_t)), min(s.max_heldout, len(heldout_t))))
     heldout_t = [heldout_t[i] for i in scored]
     t_collect = time.time() - t0
 
-    prompt_settings = experience_model.PromptSettings(max_history=s.max_history, reasoning=s.reasoning)
+    prompt_settings = experience_model.PromptSettings(max_history=s.max_history, reasoning=s.reasoning,
+                                                      environment=domain_support(domain).environment)
     texts = tokenizer_texts(train_t, prompt_settings)
     digest = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:12]
     tok_dir = small_tokenizer_once(lambda: texts, workdir / f"tokenizer-{s.vocab_size}-{digest}",  # once per texts
@@ -222,7 +246,7 @@ def main(argv: Sequence[str]) -> None:
                     preset=f.preset, vocab_size=f.vocab_size, steps=f.steps, batch_size=f.batch_size,
                     learning_rate=f.learning_rate, top_k=f.top_k, reasoning=f.reasoning, max_history=f.max_history,
                     max_prompt_len=f.max_prompt_len, max_new_tokens=f.max_new_tokens, max_heldout=f.max_heldout,
-                    seed=f.seed)
+                    seed=f.seed, domain=f.domain, categories=tuple(f.categories))
     workdir = Path(f.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     results = run(s, workdir)
