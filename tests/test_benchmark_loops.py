@@ -21,7 +21,9 @@ FIXTURES = REPO / "tests" / "fixtures"
 # Per benchmark: overrides beyond the shared ones below (each keeps its preset's episode shape).
 BENCHMARKS = {
     "api_bank": [],
-    "bamboogle": [],
+    # held-out evaluation off: the tiny preset measures it before and after each epoch (the loop's
+    # held-out path is domain-agnostic and covered by tests/test_loop.py and the ALFWorld loop test)
+    "bamboogle": ["--config.evaluation.split="],
     "travelplanner": [f"--config.domain.options.data_dir={FIXTURES / 'travelplanner' / 'domain'}",
                       "--config.domain.options.max_steps=2", "--config.episodes.max_turns=1",
                       "--config.episodes.max_total_tokens=2304"],

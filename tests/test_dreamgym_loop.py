@@ -3,10 +3,12 @@ epoch answered by the experience model, then a real (sim-to-real) epoch; the rep
 with offline transitions and grown with synthetic ones; a run resumed after its first epoch equals
 an uninterrupted one. The experience model's sampler is scripted (a random tiny model writes no
 readable reply), so synthetic steps, outcome rewards and failure states are all exercised and
-checkable; its SFT, retrieval and prompts are the real ones. Skips without the optional extra."""
+checkable; its SFT, retrieval and prompts are the real ones. Skips without the optional extra;
+the resumed run is `make test-full`'s."""
 
 import hashlib
 import json
+import os
 import re
 import shutil
 
@@ -38,8 +40,9 @@ def reply_for(action: str) -> str:
     return "Reasoning: Nothing changes.\nNext state: Nothing happens.\nReward: 0"
 
 
-@pytest.fixture(autouse=True)
-def scripted_experience_model(monkeypatch):
+@pytest.fixture(scope="module")
+def scripted_experience_model():
+    """ExperienceWorld's sampler scripted by `reply_for` for the module; yields the actions it was asked."""
     actions = []
 
     def sample(self, prompts, seed):
@@ -55,8 +58,9 @@ def scripted_experience_model(monkeypatch):
         return SampleOutput(tokens=tokens, logprobs=np.zeros(tokens.shape, np.float32),
                             lengths=np.asarray([len(r) for r in rows]), finish_reasons=(FINISH_STOP,) * len(rows))
 
-    monkeypatch.setattr(ExperienceWorld, "_sample", sample)
-    return actions
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ExperienceWorld, "_sample", sample)
+        yield actions
 
 
 @pytest.fixture(scope="module")
@@ -91,16 +95,22 @@ def _stable(rows):
              and "cached" not in k} for r in rows]
 
 
-@pytest.mark.slow
-def test_synthetic_then_real_epoch_and_resume_equals_an_uninterrupted_run(tmp_path, shared,
-                                                                         scripted_experience_model):
-    loop = CoEvolution(dreamgym_config(shared), tmp_path / "a")
+@pytest.fixture(scope="module")
+def uninterrupted(shared, scripted_experience_model, tmp_path_factory):
+    """A synthetic then a real epoch, run once for the module: (workdir, rows, loop, actions asked)."""
+    workdir = tmp_path_factory.mktemp("dreamgym-run") / "a"
+    loop = CoEvolution(dreamgym_config(shared), workdir)
     rows = loop.run()
+    return workdir, rows, loop, list(scripted_experience_model)
+
+
+@pytest.mark.slow
+def test_a_synthetic_then_a_real_epoch(uninterrupted):
+    workdir, rows, _, actions = uninterrupted
     synthetic, real = rows
     assert synthetic["dreamgym/synthetic_epoch"] == 1 and real["dreamgym/synthetic_epoch"] == 0
     # Synthetic episodes: every answered step the scripted model made readable became a synthetic
     # transition in the buffer; unreadable replies and reply-less agent turns ended episodes as failures.
-    actions = list(scripted_experience_model)
     readable = [a for a in actions if experience_model.parse(reply_for(a)).ok]
     assert actions and synthetic["replay/added_synthetic"] == len(readable) == synthetic["replay/synthetic"]
     assert synthetic.get("experience/unparseable", 0) == len(actions) - len(readable)
@@ -110,14 +120,14 @@ def test_synthetic_then_real_epoch_and_resume_equals_an_uninterrupted_run(tmp_pa
     assert "replay/added_synthetic" not in real and real["replay/size"] == synthetic["replay/size"]
     assert "heldout/accuracy" in real and real["agent/episodes"] == 4
     # The replay pool: offline + synthetic transitions committed with epoch 0, an empty shard for epoch 1.
-    pool = Pool(tmp_path / "a" / "pools", "replay", writable=False)
+    pool = Pool(workdir / "pools", "replay", writable=False)
     assert [s.epoch for s in pool.shards] == [0, 1] and pool.num_records() == synthetic["replay/size"]
     sources = [r["transition"]["source"] for r in pool.records()]
     assert sources.count("synthetic") == len(readable)
     rewarded = [r["transition"] for r in pool.records() if r["transition"]["source"] == "synthetic"
                 and r["transition"]["reward"] == 1.0]
     assert all(t["done"] and t["next_state"] == "You put it down. Task done." for t in rewarded)
-    metrics = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    metrics = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     assert metrics[0]["epoch"] == -1 and metrics[0]["experience/offline_transitions"] == offline
     assert metrics[0]["warmstart/experience_cached"] == 0
 
@@ -126,9 +136,16 @@ def test_synthetic_then_real_epoch_and_resume_equals_an_uninterrupted_run(tmp_pa
     # half of 2 tasks); a random tiny simulator's spec never parses, so the seed itself stayed.
     assert real["dreamgym/generation_requests"] == 1 and real["dreamgym/generated_tasks"] == 0
 
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("GENENV_FULL_TESTS"),
+                    reason="a third loop run, ~35 s: `make test-full` runs it (the replay pool's commit, reopen "
+                           "and roll-back are tested in test_dreamgym_replay.py, the loop's resume in test_loop.py)")
+def test_a_run_resumed_after_its_synthetic_epoch_equals_the_uninterrupted_one(uninterrupted, shared, tmp_path):
+    workdir, rows, loop, _ = uninterrupted
     # Killed after epoch 0's checkpoint, before epoch 1's: the files as they were then (epoch 1's
     # pool shards and metrics row are ahead of the newest checkpoint and are rolled back).
-    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    shutil.copytree(workdir, tmp_path / "b")
     shutil.rmtree(tmp_path / "b" / "checkpoints" / "1")
     resumed = CoEvolution(dreamgym_config(shared), tmp_path / "b")
     rows_b = resumed.run()
@@ -136,6 +153,7 @@ def test_synthetic_then_real_epoch_and_resume_equals_an_uninterrupted_run(tmp_pa
     assert _stable(rows_b) == _stable(rows)
     for x, y in zip(_arrays(loop.final_state.agent.params), _arrays(resumed.final_state.agent.params)):
         np.testing.assert_array_equal(x, y)
+    pool = Pool(workdir / "pools", "replay", writable=False)
     pool_b = Pool(tmp_path / "b" / "pools", "replay", writable=False)
     assert [s.epoch for s in pool_b.shards] == [0, 1] and pool_b.records() == pool.records()
 
