@@ -238,3 +238,19 @@ def test_fit_experience_collects_bfcl_train_and_held_out_tasks_apart():
     scenario = {t.task_id: t.metadata["scenario"] for t in domain.seeds("all")}
     assert not {scenario[t.task_id] for t in train} & {scenario[t.task_id] for t in heldout}
     assert {t.source for t in train} == {"expert", "random"}
+
+
+def test_a_real_epochs_episodes_become_agent_transitions_and_a_broken_one_is_counted(domain, seeds, text):
+    """ExperienceWorld's replay growth on a real epoch (the loop test covers it on ALFWorld)."""
+    from types import SimpleNamespace
+
+    from genenv_jax.loop.experience import ExperienceWorld
+
+    task = seeds["multi_turn_base_0"]
+    episode = _run(LocalEnvironments(domain), task, text, domain.reference_turns(task))
+    world = object.__new__(ExperienceWorld)
+    world.support, world.ctx = domain_support(domain), SimpleNamespace(domain=domain)
+    groups = [SimpleNamespace(task=task, episodes=[episode, SimpleNamespace(transcript=[None])])]
+    added, failed = world._agent_transitions(groups)
+    assert failed == 1 and [t.to_json() for t in added] == [
+        t.to_json() | {"source": "agent"} for t in tr.expert_transitions(domain, task)]

@@ -116,14 +116,19 @@ def test_a_synthetic_then_a_real_epoch(uninterrupted):
     assert synthetic.get("experience/unparseable", 0) == len(actions) - len(readable)
     offline = synthetic["replay/expert"] + synthetic["replay/random"]
     assert offline > 0 and synthetic["replay/size"] == offline + len(readable)
-    # The real epoch: no experience-model calls, the real engine's episodes, held-out on the engine.
-    assert "replay/added_synthetic" not in real and real["replay/size"] == synthetic["replay/size"]
-    assert "heldout/accuracy" in real and real["agent/episodes"] == 4
-    # The replay pool: offline + synthetic transitions committed with epoch 0, an empty shard for epoch 1.
+    # The real epoch: no experience-model calls, the real engine's episodes, held-out on the engine;
+    # every agent reply replayed on the engine into a real transition (one per turn; none failed).
+    assert "replay/added_synthetic" not in real and "heldout/accuracy" in real and real["agent/episodes"] == 4
+    turns = round(real["episodes/turns_mean"] * real["agent/episodes"])
+    assert real["replay/added_agent"] == real["replay/agent"] == turns > 0 and "replay/agent_replay_failed" not in real
+    assert real["replay/size"] == synthetic["replay/size"] + turns
+    # The replay pool: offline + synthetic transitions committed with epoch 0, the agent's with epoch 1.
     pool = Pool(workdir / "pools", "replay", writable=False)
-    assert [s.epoch for s in pool.shards] == [0, 1] and pool.num_records() == synthetic["replay/size"]
+    assert [s.epoch for s in pool.shards] == [0, 1] and pool.num_records() == real["replay/size"]
+    assert pool.num_records(epochs=(0,)) == synthetic["replay/size"]
     sources = [r["transition"]["source"] for r in pool.records()]
-    assert sources.count("synthetic") == len(readable)
+    assert sources.count("synthetic") == len(readable) and sources.count("agent") == turns
+    assert {r["transition"]["source"] for r in pool.records(epochs=(1,))} == {"agent"}
     rewarded = [r["transition"] for r in pool.records() if r["transition"]["source"] == "synthetic"
                 and r["transition"]["reward"] == 1.0]
     assert all(t["done"] and t["next_state"] == "You put it down. Task done." for t in rewarded)

@@ -84,7 +84,8 @@ def dreamgym_config() -> ConfigDict:
         "retrieve_real_only": True,     # retrieve offline / real transitions only (synthetic ones are kept)
         "reasoning": True,              # the experience model reasons before predicting the next state
         "max_history": 4,               # earlier (state, action) steps shown to the experience model
-        "grow_replay": True,            # add each synthetic epoch's transitions to the buffer
+        "grow_replay": True,            # add each epoch's transitions to the buffer: a synthetic epoch's
+                                        # predictions, a real epoch's agent episodes (replayed, real)
         "offline_random_per_task": 2,   # offline data per training seed: the expert episode and this many
         "offline_random_steps": 12,     # random episodes of at most this many agent replies; ALFWorld:
         "offline_invalid_prob": 0.15,   # this share of inadmissible commands; BFCL multi-turn: each

@@ -164,7 +164,7 @@ class CoEvolution:
         envs = self.world.episodes_environments(epoch) if synthetic else self.environments
         groups, episode_stats = rollouts(ctx, self.agent, state.agent.params, envs, tasks + replay,
                                          [False] * len(tasks) + [True] * len(replay), epoch, counters)
-        world_metrics = {} if self.world is None else self.world.observe(synthetic)
+        world_metrics = {} if self.world is None else self.world.observe(synthetic, groups)
         if c.mode == "dreamgym":
             world_metrics["dreamgym/synthetic_epoch"] = float(synthetic)
         t_roll = time.time()

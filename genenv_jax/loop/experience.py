@@ -130,18 +130,39 @@ class ExperienceWorld:
         self.environments.counts = {}
         return self.environments
 
-    def observe(self, synthetic: bool) -> dict[str, float]:
-        """After an epoch's episodes: its synthetic transitions join the buffer (`grow_replay`);
-        returns the experience model's and the buffer's metrics."""
+    def observe(self, synthetic: bool, groups: Sequence[Any] = ()) -> dict[str, float]:
+        """After an epoch's episodes (`groups`: its RolloutGroups), with `grow_replay`: a synthetic
+        epoch's predicted transitions join the buffer, or a real epoch's agent episodes, replayed on
+        the real environment into real transitions (source "agent"). Returns the experience model's
+        and the buffer's metrics."""
         out: dict[str, float] = {}
         if synthetic:
             new = self.environments.take_transitions()
-            if self.settings.grow_replay and new:
-                self.buffer.add(new, self.embedder([transition_key_text(t) for t in new]))
             out["replay/added_synthetic"] = float(len(new) if self.settings.grow_replay else 0)
             out |= {k: float(v) for k, v in self.environments.counts.items()}
+        else:
+            new, failed = self._agent_transitions(groups) if self.settings.grow_replay else ([], 0)
+            out["replay/added_agent"] = float(len(new))
+            if failed:
+                out["replay/agent_replay_failed"] = float(failed)
+        if self.settings.grow_replay and new:
+            self.buffer.add(new, self.embedder([transition_key_text(t) for t in new]))
         return out | {"replay/size": float(len(self.buffer))} | {
             f"replay/{k}": float(v) for k, v in self.buffer.counts().items()}
+
+    def _agent_transitions(self, groups: Sequence[Any]) -> tuple[list[Transition], int]:
+        """The real transitions of a real epoch's episodes (the domain replays each transcript on
+        fresh environment state); an episode whose replay fails is counted and left out."""
+        out, failed = [], 0
+        for group in groups:
+            for episode in group.episodes:
+                try:
+                    out += self.support.episode(self.ctx.domain, group.task, episode.transcript)
+                except Exception as e:  # noqa: BLE001 - a replay that disagrees never stops the run
+                    failed += 1
+                    logging.warning("dreamgym: replaying an episode of %s failed (%s: %s); not added",
+                                    group.task.task_id, type(e).__name__, str(e)[:200])
+        return out, failed
 
     def commit(self, epoch: int) -> None:
         """The buffer's pending transitions as the `replay` pool's shard of `epoch` (process 0 writes)."""
