@@ -226,6 +226,17 @@ def verdict(plan: Plan, slice_: Slice) -> str:
             f"budget {_g(plan.budget)} GiB")
 
 
+def unplanned_note(run: RunConfig) -> str | None:
+    """A line naming what the run holds beside the two policies that this plan does not count
+    (mode=dreamgym's experience model), else None."""
+    if run.mode != "dreamgym":
+        return None
+    e = run.experience
+    return (f"NOTE mode=dreamgym: this plan counts the agent and the simulator only; the experience model "
+            f"(config.experience: {e.model_dir or e.preset}) is a third policy on the same chips (params, SFT "
+            "optimizer state, sampler cache): leave room for it")
+
+
 def report(run: RunConfig, config_name: str, slice_: Slice, headroom: float = 0.1, search_on: bool = True,
            measurer: Measurer | None = None, out=print) -> Plan:
     """Measures the config's plan on `slice_`, prints it, and when it does not fit searches for one
@@ -240,6 +251,8 @@ def report(run: RunConfig, config_name: str, slice_: Slice, headroom: float = 0.
     out(f"compile-only on XLA:{jax.default_backend().upper()}, {slice_.chips} virtual devices, jax {jax.__version__}; "
         f"attention {'/'.join(sorted(kernels))}" + (" (blockwise on CPU)" if "auto" in kernels else "")
         + "; models " + "/".join(sorted({p.model_dir or p.preset for p in (run.agent, run.simulator)})))
+    if unplanned_note(run):
+        out(unplanned_note(run))
     plan = build_plan(measurer, mesh, config_knobs(run.agent), config_knobs(run.simulator), budget)
     out("\n" + policy_table(plan) + "\n\n" + phase_table(plan) + "\n")
     out("RESULT " + verdict(plan, slice_))

@@ -184,3 +184,11 @@ def test_cli_errors_are_one_line(args, message):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith(message), proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_dreamgym_plan_says_the_experience_model_is_not_counted():
+    assert plan.unplanned_note(plan.load_run_config(bfcl_multiturn.get_config("7b"), 8)) is None
+    c = bfcl_multiturn.get_config("7b")
+    c.mode = "dreamgym"
+    note = plan.unplanned_note(plan.load_run_config(c, 8))
+    assert note.startswith("NOTE mode=dreamgym") and "config.experience: qwen2.5-7b" in note
