@@ -161,13 +161,7 @@ def _episode_sampler(generate_fn: GenerateFn, max_new_tokens: int, batch_size: i
     def sample(prompts: list[list[int]], turn: int) -> SampleOutput:
         rows = _decode_in_batches(generate_fn, dict(enumerate(prompts)), max_new_tokens, batch_size)
         rows = [list(rows[i]) + ([end_id] if len(rows[i]) < max_new_tokens else []) for i in range(len(prompts))]
-        width = max([len(r) for r in rows] + [1])
-        tokens = np.zeros((len(rows), width), np.int32)
-        for i, r in enumerate(rows):
-            tokens[i, :len(r)] = r
-        return SampleOutput(tokens=tokens, logprobs=np.zeros(tokens.shape, np.float32),
-                            lengths=np.asarray([len(r) for r in rows], np.int32),
-                            finish_reasons=tuple(FINISH_STOP if r[-1:] == [end_id] else FINISH_LENGTH for r in rows))
+        return SampleOutput.from_rows(rows, [FINISH_STOP if r[-1:] == [end_id] else FINISH_LENGTH for r in rows])
     return sample
 
 

@@ -7,7 +7,6 @@ where the paper puts them. No model: the experience model and the agent are scri
 import collections
 import random
 
-import numpy as np
 import pytest
 
 from genenv_jax.chat_text import ChatText
@@ -22,7 +21,7 @@ from genenv_jax.dreamgym.domains import domain_support
 from genenv_jax.dreamgym.environments import SyntheticEnvironments
 from genenv_jax.dreamgym.experience_model import Prediction
 from genenv_jax.episodes import END_DONE, EpisodeCaps, LocalEnvironments, run_episodes
-from genenv_jax.sampling import FINISH_STOP, SampleOutput
+from genenv_jax.sampling import SampleOutput
 from genenv_jax.tokenization import parse_tool_calls, render_tool_calls
 
 TASKS = ("multi_turn_base_0", "multi_turn_miss_func_0", "multi_turn_miss_param_0")
@@ -47,10 +46,7 @@ def text():
 def _agent(text, replies):
     """The scripted agent: its turn t says replies[t] (one episode at a time)."""
     def sample(prompts, turn):
-        rows = [text.encode(replies[turn]) + [text.end_id] for _ in prompts]
-        tokens = np.asarray(rows, np.int32)
-        return SampleOutput(tokens=tokens, logprobs=np.zeros(tokens.shape, np.float32),
-                            lengths=np.asarray([len(r) for r in rows]), finish_reasons=(FINISH_STOP,) * len(rows))
+        return SampleOutput.from_rows([text.encode(replies[turn]) + [text.end_id] for _ in prompts])
     return sample
 
 
@@ -206,7 +202,7 @@ def test_only_supported_domains_run_dreamgym():
 def test_the_dreamgym_preset_validates_and_its_offline_data_has_both_outcomes():
     from genenv_jax.configs import bfcl_multiturn as config_module
     from genenv_jax.domains import get_domain
-    from genenv_jax.dreamgym.domains import OfflineSettings
+    from genenv_jax.dreamgym.domains import OfflineSettings, run_rng_key
     from genenv_jax.run_config import RunConfig
 
     config = RunConfig.from_config_dict(config_module.get_config("dreamgym"))
@@ -215,11 +211,11 @@ def test_the_dreamgym_preset_validates_and_its_offline_data_has_both_outcomes():
     tasks = [t for t in domain.seeds("train")][:6]
     d = config.dreamgym
     offline = domain_support(domain).offline(domain, tasks, OfflineSettings(
-        d.offline_random_per_task, d.offline_random_steps, d.offline_invalid_prob, config.seed))
+        d.offline_random_per_task, d.offline_random_steps, d.offline_invalid_prob, run_rng_key(config.seed)))
     assert collections.Counter(t.source for t in offline if t.done) == {"expert": 6, "random": 12}
     assert {t.reward for t in offline if t.done and t.source == "random"} == {0.0, 1.0}
     assert offline == domain_support(domain).offline(domain, tasks, OfflineSettings(
-        d.offline_random_per_task, d.offline_random_steps, d.offline_invalid_prob, config.seed))  # deterministic
+        d.offline_random_per_task, d.offline_random_steps, d.offline_invalid_prob, run_rng_key(config.seed)))  # deterministic
 
 
 def test_fit_experience_collects_bfcl_train_and_held_out_tasks_apart():

@@ -26,7 +26,7 @@ from genenv_jax.loop.experience import ExperienceWorld  # noqa: E402
 from genenv_jax.loop import CoEvolution  # noqa: E402
 from genenv_jax.pools import Pool  # noqa: E402
 from genenv_jax.run_config import RunConfig  # noqa: E402
-from genenv_jax.sampling import FINISH_STOP, SampleOutput  # noqa: E402
+from genenv_jax.sampling import SampleOutput  # noqa: E402
 
 
 def reply_for(action: str) -> str:
@@ -52,11 +52,7 @@ def scripted_experience_model():
             action = re.findall(r"Action: (.*)", text.tokenizer.decode(p))[-1]
             actions.append(action)
             rows.append(text.encode(reply_for(action)) + [text.end_id])
-        tokens = np.zeros((len(rows), max(len(r) for r in rows)), np.int32)
-        for i, r in enumerate(rows):
-            tokens[i, :len(r)] = r
-        return SampleOutput(tokens=tokens, logprobs=np.zeros(tokens.shape, np.float32),
-                            lengths=np.asarray([len(r) for r in rows]), finish_reasons=(FINISH_STOP,) * len(rows))
+        return SampleOutput.from_rows(rows)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ExperienceWorld, "_sample", sample)

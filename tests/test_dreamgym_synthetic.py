@@ -6,7 +6,6 @@ says (outcome reward, failure state with reward 0 on an invalid action or an unr
 import collections
 import re
 
-import numpy as np
 import pytest
 
 from genenv_jax.chat_text import ChatText
@@ -17,7 +16,7 @@ from genenv_jax.dreamgym.experience_model import Prediction, PromptSettings
 from genenv_jax.dreamgym.predictor import Predictor, Query, accuracy, baseline_predictions
 from genenv_jax.dreamgym.transitions import Transition
 from genenv_jax.episodes import END_DONE, EpisodeCaps, run_episodes
-from genenv_jax.sampling import FINISH_STOP, SampleOutput
+from genenv_jax.sampling import SampleOutput
 
 
 @pytest.fixture(scope="module")
@@ -37,13 +36,8 @@ def _sampler(text, reply_of, calls=None):
     def sample(prompts, seed):
         if calls is not None:
             calls.append((len(prompts), seed))
-        rows = [text.encode(reply_of(text.tokenizer.decode(p))) + [text.end_id] for p in prompts]
-        width = max(len(r) for r in rows)
-        tokens = np.zeros((len(rows), width), np.int32)
-        for i, r in enumerate(rows):
-            tokens[i, :len(r)] = r
-        return SampleOutput(tokens=tokens, logprobs=np.zeros(tokens.shape, np.float32),
-                            lengths=np.asarray([len(r) for r in rows]), finish_reasons=(FINISH_STOP,) * len(rows))
+        return SampleOutput.from_rows([text.encode(reply_of(text.tokenizer.decode(p))) + [text.end_id]
+                                       for p in prompts])
     return sample
 
 

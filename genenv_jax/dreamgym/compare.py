@@ -84,7 +84,7 @@ def prepare_tokenizer(workdir: Path, config: ConfigDict) -> Path:
     """A 512-piece tokenizer on the train games' agent / simulator texts and the experience model's
     prompts and replies for their offline transitions (trained once; atomic)."""
     from genenv_jax.domains import get_domain
-    from genenv_jax.dreamgym.domains import OfflineSettings, domain_support
+    from genenv_jax.dreamgym.domains import OfflineSettings, domain_support, run_rng_key
     from genenv_jax.dreamgym.experience_model import PromptSettings
     from genenv_jax.dreamgym.fit_experience import tokenizer_texts
     from genenv_jax.small_tokenizer import domain_training_texts, small_tokenizer_once
@@ -93,7 +93,7 @@ def prepare_tokenizer(workdir: Path, config: ConfigDict) -> Path:
         domain = get_domain("alfworld", **config.domain.options)
         d = config.dreamgym
         offline = domain_support(domain).offline(domain, domain.seeds("train"), OfflineSettings(
-            d.offline_random_per_task, d.offline_random_steps, d.offline_invalid_prob, config.seed))
+            d.offline_random_per_task, d.offline_random_steps, d.offline_invalid_prob, run_rng_key(config.seed)))
         return domain_training_texts(domain) + tokenizer_texts(offline, PromptSettings(max_history=d.max_history))
 
     return small_tokenizer_once(texts, workdir / "tokenizer", vocab_size=512)

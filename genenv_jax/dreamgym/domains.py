@@ -20,15 +20,20 @@ class OfflineSettings:
     """Offline data per training seed: the expert episode and `random_per_task` random (ALFWorld:
     random commands, inadmissible with probability `invalid_prob`) or perturbed (BFCL multi-turn:
     each turn's calls perturbed with probability `invalid_prob`) episodes of at most `random_steps`
-    agent replies."""
+    agent replies. `rng_key` seeds the draws (the loop: `run_rng_key(config.seed)`)."""
 
     random_per_task: int
     random_steps: int
     invalid_prob: float
-    seed: int
+    rng_key: str
 
     def rng(self) -> random.Random:
-        return random.Random(f"dreamgym-offline/{self.seed}")
+        return random.Random(self.rng_key)
+
+
+def run_rng_key(seed: int) -> str:
+    """The loop's offline-collection key for a run seed."""
+    return f"dreamgym-offline/{seed}"
 
 
 @dataclasses.dataclass(frozen=True)

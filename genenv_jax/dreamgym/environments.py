@@ -147,8 +147,7 @@ class SyntheticEnvironments:
     def _scripted(self, ep: _Episode, move: Move) -> StepOutcome:
         """The domain's own answer: no prediction, no transition; the episode goes on."""
         next_state, messages = move.scripted
-        ep.history.append((ep.state, move.action))
-        ep.state, ep.steps = next_state, ep.steps + 1
+        self._advance(ep, move.action, next_state)
         info = {"errors": {}, "command": move.action, "won": False}
         if ep.steps >= ep.domain.max_steps:
             ep.done = True
@@ -169,13 +168,17 @@ class SyntheticEnvironments:
             history=[list(pair) for pair in ep.history], state=ep.state, action=move.action,
             next_state=prediction.next_state, reward=reward, done=ends, valid=True,
             reasoning=prediction.reasoning, source="synthetic", step=ep.steps))
-        ep.history.append((ep.state, move.action))
-        ep.state, ep.steps = prediction.next_state, ep.steps + 1
+        self._advance(ep, move.action, prediction.next_state)
         info = {"errors": {}, "command": move.action, "won": reward >= 0.5}
         if ends:
             ep.reward, ep.done = reward, True
             return StepOutcome(observation=[], done=True, info=info)
         return StepOutcome(observation=messages, done=False, info=info)
+
+    @staticmethod
+    def _advance(ep: _Episode, action: str, next_state: str) -> None:
+        ep.history.append((ep.state, action))
+        ep.state, ep.steps = next_state, ep.steps + 1
 
     @staticmethod
     def _fail(ep: _Episode, reason: str, action: str | None) -> StepOutcome:

@@ -97,17 +97,14 @@ def make_domain(s: FitSettings, workdir: Path):
 
 
 def collect_split(domain, split: str, s: FitSettings):
-    """Real transitions of a split's tasks: each one's expert episode and random (ALFWorld) or
-    perturbed (BFCL multi-turn) episodes."""
-    rng = random.Random(f"{s.seed}/{split}")
-    if s.domain == "alfworld":
-        from genenv_jax.domains.alfworld.transitions import collect
-        return collect(domain, domain.seeds(split), random_per_task=s.random_per_task, rng=rng,
-                       random_steps=s.random_steps, invalid_prob=s.invalid_prob)
-    from genenv_jax.domains.bfcl_multiturn.transitions import collect
+    """Real transitions of a split's first tasks (`train_games` / `heldout_games`) by the domain's
+    DreamGym collector: each one's expert episode and random (ALFWorld) or perturbed (BFCL
+    multi-turn) episodes."""
+    from genenv_jax.dreamgym.domains import OfflineSettings, domain_support
+
     tasks = domain.seeds(split)[:s.train_games if split == "train" else s.heldout_games]
-    return collect(domain, tasks, random_per_task=s.random_per_task, rng=rng, max_replies=s.random_steps,
-                   perturb_prob=s.invalid_prob)
+    return domain_support(domain).offline(domain, tasks, OfflineSettings(
+        s.random_per_task, s.random_steps, s.invalid_prob, rng_key=f"{s.seed}/{split}"))
 
 
 def tokenizer_texts(transitions, settings) -> list[str]:

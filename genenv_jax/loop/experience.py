@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 from genenv_jax import storage
 from genenv_jax.checkpoint_digests import json_digest
 from genenv_jax.loop import experience_sft
-from genenv_jax.dreamgym.domains import OfflineSettings, domain_support
+from genenv_jax.dreamgym.domains import OfflineSettings, domain_support, run_rng_key
 from genenv_jax.dreamgym.embedding import Embedder, transition_key_text
 from genenv_jax.dreamgym.environments import SyntheticEnvironments
 from genenv_jax.dreamgym.experience_model import PromptSettings
@@ -68,7 +68,7 @@ class ExperienceWorld:
         """The training seeds' real transitions (expert walkthroughs, random episodes); deterministic."""
         s = self.settings
         return self.support.offline(self.ctx.domain, self.ctx.train_seeds, OfflineSettings(
-            s.offline_random_per_task, s.offline_random_steps, s.offline_invalid_prob, self.ctx.config.seed))
+            s.offline_random_per_task, s.offline_random_steps, s.offline_invalid_prob, run_rng_key(self.ctx.config.seed)))
 
     def start(self) -> dict[str, float]:
         """Called once the loop's pools are resumed: opens the buffer (seeding it with the offline

@@ -59,6 +59,18 @@ class SampleOutput:
     finish_reasons: tuple[str, ...]
     stats: SlotStats | None = None
 
+    @classmethod
+    def from_rows(cls, rows: Sequence[Sequence[int]], finish_reasons: Sequence[str] | None = None) -> "SampleOutput":
+        """Token rows made outside a sampler (scripted replies, other decoders) as an output: padded
+        with 0, logprobs 0; every row "stop" unless `finish_reasons` says otherwise."""
+        width = max([len(r) for r in rows] + [1])
+        tokens = np.zeros((len(rows), width), np.int32)
+        for i, r in enumerate(rows):
+            tokens[i, :len(r)] = r
+        reasons = tuple(finish_reasons) if finish_reasons is not None else (FINISH_STOP,) * len(rows)
+        return cls(tokens=tokens, logprobs=np.zeros(tokens.shape, np.float32),
+                   lengths=np.asarray([len(r) for r in rows], np.int32), finish_reasons=reasons)
+
     def token_lists(self) -> list[list[int]]:
         return [row[:n].tolist() for row, n in zip(self.tokens, self.lengths)]
 

@@ -32,14 +32,17 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 4] + " ..."
 
 
+def _request(scenario: Scenario, turn: int) -> str:
+    """The user's words at `turn`, whitespace-normalised."""
+    return " ".join(" ".join(str(m.get("content", "")) for m in scenario.question[turn]).split())
+
+
 def task_text(scenario: Scenario) -> str:
     """The task as the experience model reads it (see the module docstring)."""
     requests = []
     for turn in range(scenario.n_turns):
-        if turn in scenario.revealed:
-            line = f"(new functions become available: {', '.join(scenario.revealed[turn])})"
-        else:
-            line = " ".join(str(m.get("content", "")) for m in scenario.question[turn])
+        line = (f"(new functions become available: {', '.join(scenario.revealed[turn])})"
+                if turn in scenario.revealed else _request(scenario, turn))
         requests.append(f"{turn + 1}. {_clip(line, MAX_REQUEST_CHARS)}")
     share = MAX_CONFIG_CHARS // max(1, len(scenario.involved_classes))
     states = [f"{c}: {_clip(json.dumps(scenario.initial_config.get(c, {}), ensure_ascii=False), share)}"
@@ -51,7 +54,7 @@ def user_state(scenario: Scenario, turn: int) -> str:
     """The state at the start of `turn`: the user's message (the names of revealed functions)."""
     if turn in scenario.revealed:
         return f"User: I have updated some more functions you can choose from: {', '.join(scenario.revealed[turn])}"
-    return "User: " + " ".join(" ".join(str(m.get("content", "")).split()) for m in scenario.question[turn])
+    return "User: " + _request(scenario, turn)
 
 
 def call_line(call: Mapping[str, Any]) -> str:

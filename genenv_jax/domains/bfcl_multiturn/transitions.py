@@ -35,10 +35,6 @@ PERTURBATIONS = ("argument", "function", "drop", "skip_turn")
 MAX_REASON_CHARS = 160
 
 
-def _public_state(env: MultiTurnEnvironment) -> dict[str, dict[str, Any]]:
-    return env.dispatcher.backends.public_state()
-
-
 def _error_text(result: str) -> str | None:
     """The error a result reports (`{"error": ...}`, BFCL's convention), else None."""
     try:
@@ -82,19 +78,19 @@ def play(task: Task, texts: Sequence[str], source: str) -> list[Transition]:
     out: list[Transition] = []
 
     def add(action: str, next_state: str, reward: float, done: bool, valid: bool, reasoning: str, turn: int):
-        out.append(Transition(domain=task.domain, task_id=task.task_id, task=task_str, history=copy.deepcopy(history),
+        out.append(Transition(domain=task.domain, task_id=task.task_id, task=task_str, history=[list(p) for p in history],
                               state=state, action=action, next_state=next_state, reward=reward, done=done,
                               valid=valid, reasoning=reasoning, source=source, step=len(history),
                               metadata={"turn": turn, "category": task.category}))
 
+    before = env.dispatcher.backends.public_state()  # only call steps change it
     for text in texts:
         parsed = parse_tool_calls(text)
         turn = env.tracker.turn
-        before = _public_state(env) if parsed.attempted_call else None
         outcome = env.step(text)
         transcript.append({"role": "assistant", "content": text})
-        action = (action_text([c.to_json() for c in parsed.calls] + [{"name": "(malformed call)"}] * len(parsed.errors))
-                  if parsed.attempted_call else END_TURN)
+        calls = [c.to_json() for c in parsed.calls] + [{"name": "(malformed call)"}] * len(parsed.errors)
+        action = action_text(calls) if parsed.attempted_call else END_TURN
         if outcome.done:
             verdict = env.score(transcript)
             add(action, EPISODE_OVER, verdict.reward, True, not outcome.info["errors"],
@@ -102,9 +98,9 @@ def play(task: Task, texts: Sequence[str], source: str) -> list[Transition]:
             break
         if parsed.attempted_call:
             results = [str(m["content"]) for m in outcome.observation]
-            after = _public_state(env)
+            after = env.dispatcher.backends.public_state()
             changed = [f"{c}.{k}" for c in after for k in after[c] if before[c].get(k) != after[c][k]]
-            calls = [c.to_json() for c in parsed.calls] + [{"name": "(malformed call)"}] * len(parsed.errors)
+            before = after
             next_state = results_state(results)
             valid = not outcome.info["errors"] and not any(_error_text(r) for r in results)
             add(action, next_state, 0.0, False, valid, call_reasoning(calls, results, changed), turn)
