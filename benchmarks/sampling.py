@@ -14,6 +14,9 @@ Example (one H200):
 CPU demo:
   JAX_PLATFORMS=cpu python benchmarks/sampling.py --preset micro --batch 1,8 --prompt_len 64 \\
       --new_tokens 32 --dtype float32 --measure_hw
+The real Qwen2.5-Coder-0.5B-Instruct (any model source), side by side with HF on the same weights:
+  JAX_PLATFORMS=cpu python benchmarks/sampling.py --model_dir qwen2.5-coder-0.5b-instruct --batch 1,8,32 \\
+      --prompt_len 256 --new_tokens 32 --dtype float32 --repeats 1 --hf --hf_attention sdpa
 
 Slot use (--slot_use): how busy the decode slots stay on a mix of response lengths. --prompts
 prompts (random ids, random lengths in [prompt_len / 4, prompt_len]) get their response lengths
@@ -70,6 +73,9 @@ def _ints(text: str) -> list[int]:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="qwen2.5-7b", help="model preset (genenv_jax.models.PRESETS)")
+    p.add_argument("--model_dir", default=None,
+                   help="real weights instead of a random preset: any model source (docs/models.md); HF loads the "
+                        "same HF directory")
     p.add_argument("--batch", type=_ints, default=[1, 16, 64, 256, 512], help="comma-separated batch sizes")
     p.add_argument("--prompt_len", type=int, default=512)
     p.add_argument("--new_tokens", type=int, default=256)
@@ -234,37 +240,45 @@ def measure_slot_use(args, cfg: ModelConfig, mesh) -> None:
           f"{int(caps.max()) - 1} steps)")
 
 
-def time_hf(cfg: ModelConfig, prompts: np.ndarray, new_tokens: int, repeats: int, attention: str) -> float:
-    """Seconds for HF transformers `generate` (greedy, EOS ignored) on the same shapes."""
+def time_hf(cfg: ModelConfig, prompts: np.ndarray, new_tokens: int, repeats: int, attention: str,
+            model_dir: str | None = None) -> tuple[float, float]:
+    """Best seconds of HF transformers `generate` (greedy, EOS ignored) on the same shapes: with one
+    new token (the prefill and its first token) and with `new_tokens`; decode is their difference."""
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = _hf_model(cfg, device, attention)
+    model = _hf_model(cfg, device, attention, model_dir)
     ids = torch.tensor(prompts, device=device)
-    kwargs = dict(attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                  do_sample=False, eos_token_id=None, pad_token_id=0)
-    best = float("inf")
-    with torch.no_grad():
-        for attempt in range(repeats + 1):
-            if device == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            out = model.generate(ids, **kwargs)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            if attempt:
-                best = min(best, time.perf_counter() - t0)
-    assert out.shape[1] == prompts.shape[1] + new_tokens
-    return best
+
+    def best(tokens: int) -> float:
+        kwargs = dict(attention_mask=torch.ones_like(ids), max_new_tokens=tokens, min_new_tokens=tokens,
+                      do_sample=False, eos_token_id=None, pad_token_id=0, temperature=None, top_p=None, top_k=None)
+        seconds = float("inf")
+        with torch.no_grad():
+            for attempt in range(repeats + 1):
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                out = model.generate(ids, **kwargs)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                if attempt:
+                    seconds = min(seconds, time.perf_counter() - t0)
+        assert out.shape[1] == prompts.shape[1] + tokens
+        return seconds
+    return best(1), best(new_tokens)
 
 
 @functools.lru_cache(maxsize=1)
-def _hf_model(cfg: ModelConfig, device: str, attention: str):
+def _hf_model(cfg: ModelConfig, device: str, attention: str, model_dir: str | None = None):
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-    hf_cfg = Qwen2Config(**{k: v for k, v in cfg.to_hf_dict().items() if k not in ("architectures", "torch_dtype")})
     torch_dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[cfg.dtype]
+    if model_dir:
+        return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype, attn_implementation=attention).to(
+            device).eval()
+    hf_cfg = Qwen2Config(**{k: v for k, v in cfg.to_hf_dict().items() if k not in ("architectures", "torch_dtype")})
     with torch.device(device):
         model = Qwen2ForCausalLM._from_config(hf_cfg, dtype=torch_dtype, attn_implementation=attention)
     return model.eval()
@@ -287,10 +301,18 @@ def main(argv=None) -> None:
     print(f"date:    {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}")
     print(f"machine: {_host_description()}; jax {jax.__version__}; devices: {jax.devices()} "
           f"({jax.devices()[0].device_kind})")
-    cfg = preset(args.preset).replace(param_dtype=args.dtype, dtype=args.dtype)
+    model_path, name = None, args.preset
+    if args.model_dir:
+        from genenv_jax.data.model_sources import resolve_model_source
+        from genenv_jax.models.loading import model_config
+
+        model_path, name = resolve_model_source(args.model_dir).path, args.model_dir
+        cfg = model_config(model_path, param_dtype=args.dtype, dtype=args.dtype)
+    else:
+        cfg = preset(args.preset).replace(param_dtype=args.dtype, dtype=args.dtype)
     mesh = _mesh_from_flag(args.mesh)
     if args.slot_use:
-        print(f"model:   {args.preset} ({cfg.num_params() / 1e9:.6f}B params, {args.dtype}), mesh {dict(mesh.shape)}")
+        print(f"model:   {name} ({cfg.num_params() / 1e9:.6f}B params, {args.dtype}), mesh {dict(mesh.shape)}")
         measure_slot_use(args, cfg, mesh)
         return
     bandwidth, peak = args.bandwidth, args.peak_flops
@@ -306,15 +328,21 @@ def main(argv=None) -> None:
     windows = tuple(w for w in (16 << i for i in range(20)) if w < args.new_tokens) + (args.new_tokens,)
     sampler = Sampler(cfg, mesh, steps_per_sync=args.steps_per_sync,
                       buckets=Buckets(batch=tuple(batches), prompt=(args.prompt_len,), new_tokens=windows))
-    print(f"model:   {args.preset} ({cfg.num_params() / 1e9:.3f}B params, {args.dtype}), mesh {dict(mesh.shape)}, "
+    print(f"model:   {name} ({cfg.num_params() / 1e9:.3f}B params, {args.dtype}), mesh {dict(mesh.shape)}, "
           f"prompt {args.prompt_len}, new tokens {args.new_tokens}, greedy, EOS ignored, "
           f"steps_per_sync {sampler.steps_per_sync}" + (f"; HF attention {args.hf_attention}" if args.hf else ""))
-    init = jax.jit(functools.partial(init_params, cfg), out_shardings=param_shardings(cfg, mesh))
-    params = sampler.prepare_params(init(jax.random.key(args.seed)))  # the stacked copy is dropped here
+    if model_path:
+        from genenv_jax.models.loading import load_model
+
+        params = sampler.prepare_params(load_model(model_path, mesh=mesh, dtype=args.dtype)[1])
+    else:
+        init = jax.jit(functools.partial(init_params, cfg), out_shardings=param_shardings(cfg, mesh))
+        params = sampler.prepare_params(init(jax.random.key(args.seed)))  # the stacked copy is dropped here
 
     rng = np.random.default_rng(args.seed)
-    header = ("| batch | prefill ms | decode step ms | limit step ms | bound | % of limit | decode tok/s "
-              "| limit tok/s | e2e tok/s |" + (" HF e2e tok/s | ours / HF |" if args.hf else ""))
+    header = ("| batch | prefill ms | prefill tok/s | decode step ms | limit step ms | bound | % of limit | decode tok/s "
+              "| limit tok/s | e2e tok/s |" + (" HF prefill tok/s | HF decode tok/s | HF e2e tok/s | ours / HF |"
+                                                if args.hf else ""))
     print()
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
@@ -327,13 +355,18 @@ def main(argv=None) -> None:
         e2e_tps = batch * args.new_tokens / (ours["prefill_s"] + ours["decode_s"])
         bound = "memory" if limit["memory_s"] >= limit["compute_s"] else "compute"
         limit_tps = batch / limit["limit_s"]
-        row = (f"| {batch} | {ours['prefill_s'] * 1e3:.1f} | {step_s * 1e3:.4g} | {limit['limit_s'] * 1e3:.4g} "
+        prefill_tps = batch * args.prompt_len / ours["prefill_s"]
+        row = (f"| {batch} | {ours['prefill_s'] * 1e3:.1f} | {prefill_tps:,.0f} | {step_s * 1e3:.4g} "
+               f"| {limit['limit_s'] * 1e3:.4g} "
                f"| {bound} | {100 * limit['limit_s'] / step_s:.1f} | {decode_tps:,.0f} | {limit_tps:,.0f} "
                f"| {e2e_tps:,.0f} |")
         if args.hf:
-            hf_s = time_hf(cfg, prompts, args.new_tokens, max(1, args.repeats - 1), args.hf_attention)
+            hf_prefill_s, hf_s = time_hf(cfg, prompts, args.new_tokens, max(1, args.repeats - 1), args.hf_attention,
+                                         model_path)
             hf_tps = batch * args.new_tokens / hf_s
-            row += f" {hf_tps:,.0f} | {e2e_tps / hf_tps:.2f} |"
+            row += (f" {batch * args.prompt_len / hf_prefill_s:,.0f} | "
+                    f"{batch * (args.new_tokens - 1) / (hf_s - hf_prefill_s):,.0f} | {hf_tps:,.0f} | "
+                    f"{e2e_tps / hf_tps:.2f} |")
         print(row, flush=True)
 
 

@@ -8,6 +8,7 @@ from typing import Sequence
 
 from genenv_jax import tokenization
 from genenv_jax.domains.base import ChatPrompt, Message
+from genenv_jax.models.gguf_io import gguf_tokenizer, is_gguf_path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,8 +20,13 @@ class ChatText:
 
     @classmethod
     def load(cls, directory: str | None) -> "ChatText":
-        """From a model / tokenizer directory, or the bundled Qwen2.5 tokenizer when None."""
-        tok = tokenization.load_tokenizer(directory)
+        """From a model / tokenizer directory, a GGUF file (its own tokenizer), or the bundled Qwen2.5
+        tokenizer when None."""
+        tok = gguf_tokenizer(directory) if directory and is_gguf_path(directory) else tokenization.load_tokenizer(directory)
+        return cls.of(tok)
+
+    @classmethod
+    def of(cls, tok) -> "ChatText":
         return cls(tok, tokenization.pad_id(tok), tokenization.stop_ids(tok), tokenization.im_end_id(tok))
 
     def prompt(self, prompt: ChatPrompt) -> list[int]:

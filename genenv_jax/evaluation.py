@@ -52,11 +52,13 @@ def truncate_at_stop(ids: Sequence[int], stop_tokens: Sequence[int]) -> list[int
     return out
 
 
-def make_generate_fn(cfg: ModelConfig, params: Any, stop_tokens: Sequence[int], pad_id: int) -> GenerateFn:
-    """A greedy GenerateFn on the KV-cache sampler (one compiled program per shape bucket)."""
+def make_generate_fn(cfg: ModelConfig, params: Any, stop_tokens: Sequence[int], pad_id: int,
+                     slots: int | None = None) -> GenerateFn:
+    """A greedy GenerateFn on the KV-cache sampler (one compiled program per shape bucket); `slots`
+    prompts decode at once, refilled from the rest (greedy tokens do not depend on it)."""
     def fn(prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
         out = generate(cfg, params, [list(p) for p in prompts], max_new_tokens=max_new_tokens, pad_id=pad_id,
-                       temperature=0.0, stop_tokens=list(stop_tokens), seed=0)
+                       temperature=0.0, stop_tokens=list(stop_tokens), seed=0, slots=slots)
         return [truncate_at_stop(row, stop_tokens) for row in out.token_lists()]
     return fn
 
@@ -99,8 +101,16 @@ class EvalReport:
 
 
 def select_tasks(tasks: Sequence[Task], max_per_category: int | None = None,
-                 categories: Sequence[str] | None = None) -> list[Task]:
-    """The first `max_per_category` tasks of each category (in the given order), optionally filtered."""
+                 categories: Sequence[str] | None = None, sample_seed: int | None = None) -> list[Task]:
+    """The first `max_per_category` tasks of each category (in the given order), optionally filtered;
+    with `sample_seed`, a seeded random sample of that many per category (numpy PCG64 permutation of
+    each category's tasks), in the given order."""
+    if sample_seed is not None and max_per_category is not None:
+        chosen: set[str] = set()
+        for ids in ([t.task_id for t in tasks if t.category == c] for c in dict.fromkeys(t.category for t in tasks)):
+            chosen.update(ids[i] for i in np.random.default_rng([sample_seed, len(ids)]).permutation(len(ids))[
+                :max_per_category])
+        tasks = [t for t in tasks if t.task_id in chosen]
     counts: dict[str, int] = {}
     out = []
     for t in tasks:
@@ -168,7 +178,7 @@ def _episode_sampler(generate_fn: GenerateFn, max_new_tokens: int, batch_size: i
 def evaluate(domain: Domain, tasks: Sequence[Task], generate_fn: GenerateFn, tokenizer: Any,
              max_new_tokens: int = 256, batch_size: int = 8, max_prompt_tokens: int | None = None,
              max_turns: int = 8, progress: bool = True,
-             config: Mapping[str, Any] | None = None) -> EvalReport:
+             config: Mapping[str, Any] | None = None, prompts_per_call: int | None = None) -> EvalReport:
     """Runs one greedy episode per task through the domain's environment and scores it.
 
     The same episode runner as training (`genenv_jax.episodes`): each turn, the live episodes'
@@ -176,6 +186,7 @@ def evaluate(domain: Domain, tasks: Sequence[Task], generate_fn: GenerateFn, tok
     first prompt is longer than `max_prompt_tokens` is not decoded and counts as a failure
     ('prompt_too_long'), so the denominators stay the full task set; an episode still open after
     `max_turns` (or past `max_prompt_tokens + max_new_tokens` tokens) is scored as it stands.
+    `prompts_per_call`: prompts per `generate_fn` call (default `batch_size`).
     """
     if batch_size < 1 or max_new_tokens < 1 or max_turns < 1:
         raise ValueError("batch_size, max_new_tokens and max_turns must be positive")
@@ -190,7 +201,8 @@ def evaluate(domain: Domain, tasks: Sequence[Task], generate_fn: GenerateFn, tok
         with tqdm(total=len(tasks), desc=f"eval {domain.name}", unit="task",
                   disable=not (progress and is_writer())) as bar:
             groups, _ = run_episodes(tasks, 1, envs, text, caps,
-                                     _episode_sampler(generate_fn, max_new_tokens, batch_size, text.end_id),
+                                     _episode_sampler(generate_fn, max_new_tokens, prompts_per_call or batch_size,
+                                                      text.end_id),
                                      counters, bar)
     finally:
         envs.close()
@@ -246,21 +258,19 @@ def evaluate_params(cfg: ModelConfig, params: Any, domain: Domain, tasks: Sequen
         raise ValueError(f"model vocab_size {cfg.vocab_size} is smaller than the tokenizer's {len(tokenizer)} "
                          "tokens; use a model with the tokenizer's vocabulary (e.g. preset 'tiny', not 'micro')")
     stops = tokenization.stop_ids(tokenizer)
-    generate_fn = make_generate_fn(cfg, params, stops, tokenization.pad_id(tokenizer))
+    generate_fn = make_generate_fn(cfg, params, stops, tokenization.pad_id(tokenizer), kwargs.get("batch_size", 8))
     config = dict(kwargs.pop("config", {}), decoding="greedy")
-    return evaluate(domain, tasks, generate_fn, tokenizer, config=config, **kwargs)
+    return evaluate(domain, tasks, generate_fn, tokenizer, config=config, prompts_per_call=len(tasks) or 1,
+                    **kwargs)
 
 
 # ----------------------------------------------------------------------------------------------
 # CLI
 # ----------------------------------------------------------------------------------------------
 def load_run_agent(run_dir: str | os.PathLike, epoch: int | None = None) -> tuple[ModelConfig, Any, int]:
-    """(cfg, params, epoch) of the agent in a GenEnv run's Orbax checkpoint (default: the latest epoch).
-
-    The model config comes from the config snapshot stored in the checkpoint. The params are
-    restored FSDP-sharded over every device of every process (the default mesh), so greedy
-    decoding runs over the global mesh on multi-host runs too.
-    """
+    """(cfg, params, epoch) of the agent in a GenEnv run's Orbax checkpoint (default: the latest epoch);
+    the model config from the checkpoint's config snapshot, the params FSDP-sharded over every device
+    of every process (the default mesh), so greedy decoding runs over the global mesh multi-host too."""
     from genenv_jax.checkpointing import Checkpointer
     from genenv_jax.models import param_shapes
     from genenv_jax.models.partitioning import param_shardings
@@ -282,20 +292,19 @@ def load_run_agent(run_dir: str | os.PathLike, epoch: int | None = None) -> tupl
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m genenv_jax.evaluation", description=__doc__.split("\n")[0])
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--model_dir", help="HF Qwen2 checkpoint directory (config.json + safetensors)")
+    src.add_argument("--model_dir", help="an HF Qwen2 directory, .gguf file, model name or hub id (docs/models.md)")
     src.add_argument("--preset", help="random-init model preset for smoke runs (e.g. 'tiny')")
     src.add_argument("--run_dir", help="a GenEnv run's workdir: evaluate its checkpointed agent")
     p.add_argument("--epoch", type=int, default=None, help="with --run_dir: which epoch (default: the latest)")
-    p.add_argument("--tokenizer_dir", default=None,
-                   help="tokenizer directory (default: --model_dir if it has tokenizer files, else the bundled Qwen2.5)")
+    p.add_argument("--tokenizer_dir", default=None, help="default: --model_dir's own tokenizer, else the bundled one")
     p.add_argument("--domain", default=None, help="a registered domain (default: the run's with --run_dir, else bfcl)")
     p.add_argument("--domain_option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a domain option, repeatable (e.g. data_dir=/data/api-bank); VALUE is read as JSON "
-                        "when it parses (numbers, lists, true/false), else as text. With --run_dir the run's own "
-                        "domain options are the defaults")
+                   help="a domain option, repeatable (e.g. data_dir=/data/api-bank); VALUE as JSON when it parses, "
+                        "else text. With --run_dir the run's own domain options are the defaults")
     p.add_argument("--split", default="test", help="train | validation | test | all")
     p.add_argument("--categories", default=None, help="comma-separated subset of categories")
     p.add_argument("--max_per_category", type=int, default=None)
+    p.add_argument("--sample_seed", type=int, default=None, help="with --max_per_category: a seeded sample")
     p.add_argument("--max_new_tokens", type=int, default=256)
     p.add_argument("--max_prompt_tokens", type=int, default=None)
     p.add_argument("--max_turns", type=int, default=8, help="agent turns per episode (BFCL uses one)")
@@ -342,35 +351,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
     initialize_distributed(args.coordinator_address, args.num_processes, args.process_id)
     from genenv_jax.domains import get_domain
-    from genenv_jax.models import init_params, load_hf, preset
+    from genenv_jax.data.model_sources import ModelSourceError, resolve_model_source
+    from genenv_jax.models import init_params, preset
+    from genenv_jax.models.loading import has_own_tokenizer, load_model
 
     t0 = time.time()
     if args.run_dir:
         cfg, params, epoch = load_run_agent(args.run_dir, args.epoch)
         source = {"run_dir": storage.absolute(args.run_dir), "epoch": epoch}
     elif args.model_dir:
-        cfg, params = load_hf(args.model_dir, dtype=args.dtype)
-        source = {"model_dir": os.path.abspath(args.model_dir)}
+        try:
+            model_path = resolve_model_source(args.model_dir).path
+        except ModelSourceError as err:
+            raise SystemExit(f"error: --model_dir: {err}") from None
+        cfg, params = load_model(model_path, dtype=args.dtype)
+        source = {"model_dir": model_path}
     else:
         cfg = preset(args.preset)
         params = init_params(cfg, jax.random.key(args.seed))
         source = {"preset": args.preset, "seed": args.seed}
     tok_dir = args.tokenizer_dir
-    if tok_dir is None and args.model_dir and tokenization.has_tokenizer_files(args.model_dir):
-        tok_dir = args.model_dir
-    tokenizer = tokenization.load_tokenizer(tok_dir)
+    if tok_dir is None and args.model_dir and has_own_tokenizer(model_path):
+        tok_dir = model_path
+    tokenizer = ChatText.load(tok_dir).tokenizer
     run_domain, run_options = _run_domain(args.run_dir, args.epoch) if args.run_dir else ("bfcl", {})
     name = args.domain or run_domain
     domain = get_domain(name, **domain_options(args.domain_option, run_options if name == run_domain else None))
     categories = args.categories.split(",") if args.categories else None
-    tasks = select_tasks(domain.seeds(args.split), args.max_per_category, categories)
+    tasks = select_tasks(domain.seeds(args.split), args.max_per_category, categories, args.sample_seed)
     if not tasks:
         raise SystemExit(f"no tasks selected (split={args.split}, categories={categories})")
     report = evaluate_params(
         cfg, params, domain, tasks, tokenizer, max_new_tokens=args.max_new_tokens,
         batch_size=args.batch_size, max_prompt_tokens=args.max_prompt_tokens, max_turns=args.max_turns,
         progress=not args.no_progress,
-        config=dict(source, split=args.split, max_per_category=args.max_per_category,
+        config=dict(source, split=args.split, max_per_category=args.max_per_category, sample_seed=args.sample_seed,
                     tokenizer=tok_dir or "bundled-qwen2.5"))
     if not is_writer():  # process 0 writes the report
         return 0

@@ -282,7 +282,7 @@ def _die(message: str) -> None:
 
 def load_run_config(config, chips: int) -> RunConfig:
     """The validated RunConfig; the plan never loads weights, so large presets need no
-    `allow_random_init` (a `model_dir` must still hold the HF config.json the shapes come from)."""
+    `allow_random_init` (a `model_dir` must still resolve: its config gives the shapes)."""
     try:
         tree = config.to_dict()
     except OSError as e:  # ml_collections reports a config file it could not load on first use

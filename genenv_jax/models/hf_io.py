@@ -120,7 +120,7 @@ def _check_tensors(cfg: ModelConfig, reader: SafetensorsReader, maps: list[_Mapp
     for name, shape in expected.items():
         got = reader.shape(name)
         if got != shape:
-            raise ValueError(f"{where}: tensor {name} has shape {got}, config.json implies {shape}")
+            raise ValueError(f"{where}: tensor {name} has shape {got}, the model config implies {shape}")
         code = reader.dtype_code(name)
         if code not in FLOAT_CODES and not (allow_cast and (code.startswith(("I", "U")) or code == "BOOL")):
             raise ValueError(f"{reader.file_of[name]}: tensor {name} has dtype {code}, not a float dtype "
@@ -146,6 +146,14 @@ def load_hf(model_dir: str | os.PathLike, mesh: jax.sharding.Mesh | None = None,
     config_overrides.setdefault("param_dtype", dtype)
     config_overrides.setdefault("dtype", dtype)
     cfg = ModelConfig.from_hf(model_dir, **config_overrides)
+    return cfg, load_tensors(cfg, reader, mesh, rules, allow_cast=allow_cast)
+
+
+def load_tensors(cfg: ModelConfig, reader, mesh: jax.sharding.Mesh | None = None, rules=None, *,
+                 allow_cast: bool = False) -> Params:
+    """Our params from any reader of HF-named tensors (`SafetensorsReader`, `gguf_io.GGUFTensorReader`):
+    every tensor shape-checked against `cfg`, converted to our layout and `cfg.param_dtype`, and placed
+    straight into its `NamedSharding` (default: one device)."""
     maps = _mappings(cfg)
     _check_tensors(cfg, reader, maps, allow_cast)
     np_dtype = _NP_DTYPES[cfg.param_dtype]
@@ -153,8 +161,8 @@ def load_hf(model_dir: str | os.PathLike, mesh: jax.sharding.Mesh | None = None,
         mesh = make_mesh(MeshConfig(data=1, fsdp=1, tensor=1), devices=jax.devices()[:1])
     shardings = param_shardings(cfg, mesh, rules)
     shapes = param_shapes(cfg)
-    progress = tqdm(total=sum(len(_hf_names(cfg, m)) for m in maps), desc=f"loading {model_dir}", unit="tensor",
-                    disable=not sys.stderr.isatty())
+    progress = tqdm(total=sum(len(_hf_names(cfg, m)) for m in maps), desc=f"loading {reader.model_dir}",
+                    unit="tensor", disable=not sys.stderr.isatty())
 
     @functools.lru_cache(maxsize=2)
     def converted(name: str, m: _Mapping) -> np.ndarray:
@@ -175,7 +183,7 @@ def load_hf(model_dir: str | os.PathLike, mesh: jax.sharding.Mesh | None = None,
                 value = _load_stacked(cfg, m, shape, sharding, np_dtype, converted)
             _set(params, m.path, value)
             converted.cache_clear()
-    return cfg, params
+    return params
 
 
 def _load_stacked(cfg, m: _Mapping, shape, sharding, np_dtype, converted) -> jax.Array:

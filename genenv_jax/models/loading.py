@@ -1,0 +1,48 @@
+"""Loading a model from a local source, whatever its format: an HF checkpoint directory or a
+GGUF file. `genenv_jax.data.model_sources.resolve_model_source` turns any model_dir string (a
+directory, a .gguf file, a model name, a hub id) into such a local path first.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from genenv_jax.models.config import ModelConfig
+from genenv_jax.models.gguf_io import gguf_model_config, gguf_tokenizer, is_gguf_path, load_gguf
+from genenv_jax.models.hf_io import load_hf
+from genenv_jax.tokenization import has_tokenizer_files, load_tokenizer
+
+if TYPE_CHECKING:
+    import jax
+    from transformers import PreTrainedTokenizerBase
+
+    from genenv_jax.models.params import Params
+
+
+# ----------------------------------------------------------------------------------------------
+def model_config(path: str | os.PathLike, **overrides: Any) -> ModelConfig:
+    """The `ModelConfig` of a resolved source: config.json of a directory, or a GGUF file's metadata."""
+    return gguf_model_config(path, **overrides) if is_gguf_path(path) else ModelConfig.from_hf(path, **overrides)
+
+
+def load_model(path: str | os.PathLike, mesh: "jax.sharding.Mesh | None" = None, dtype: Any = None, rules=None,
+               **config_overrides: Any) -> "tuple[ModelConfig, Params]":
+    """(cfg, params) of a resolved source: `load_gguf` for a .gguf file, `load_hf` for a directory."""
+    loader = load_gguf if is_gguf_path(path) else load_hf
+    return loader(path, mesh=mesh, dtype=dtype, rules=rules, **config_overrides)
+
+
+def has_own_tokenizer(path: str | os.PathLike) -> bool:
+    """Whether a resolved source carries its tokenizer (a GGUF file always does)."""
+    return is_gguf_path(path) or has_tokenizer_files(path)
+
+
+def source_tokenizer(path: str | os.PathLike | None) -> "PreTrainedTokenizerBase":
+    """The tokenizer of a resolved source (a GGUF file's own, a directory's files), or the bundled
+    Qwen2.5 tokenizer for None or a directory without tokenizer files."""
+    if path is None:
+        return load_tokenizer()
+    if is_gguf_path(path):
+        return gguf_tokenizer(path)
+    return load_tokenizer(path if has_own_tokenizer(path) else None)
