@@ -187,3 +187,15 @@ def test_a_hub_id_resolves_offline_from_the_cache_and_a_missing_one_is_one_line(
                                                r"HF_HUB_OFFLINE is set") as info:
         resolve_model_source("tiny-org/absent")
     assert "\n" not in str(info.value)
+
+
+def test_an_unreachable_hub_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", "http://127.0.0.1:9")  # a closed loopback port
+    with pytest.raises(ModelSourceError, match=r"'tiny-org/tiny-model': (has no cached copy in .* and the hub could not "
+                                               r"be reached|hub download failed)") as info:
+        resolve_model_source("tiny-org/tiny-model")
+    assert "\n" not in str(info.value)

