@@ -46,7 +46,8 @@ test: $(STAMP)
 
 # Everything `make test` runs plus the checks too slow for its 20-minute budget on 2 cores (the
 # four-process run, the evaluator on two processes, a resumed DreamGym run, every shipped BFCL
-# multi-turn entry, fit_experience end to end); GENENV_FULL_TESTS=1 turns them on.
+# multi-turn entry, fit_experience end to end, and the real-weight checks of tests/test_real_model.py when
+# qwen2.5-coder-0.5b-instruct is downloaded); GENENV_FULL_TESTS=1 turns them on.
 test-full: $(STAMP)
 	@$(MAKE) --no-print-directory alfworld || echo "make test-full: the optional ALFWorld engine did not install; its tests will skip"
 	GENENV_FULL_TESTS=1 $(TEST_ENV) $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
