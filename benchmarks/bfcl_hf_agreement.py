@@ -9,12 +9,13 @@ token cap), scores HF's text with the same official checker, and reports:
 - per-item agreement of the verdicts (and of the exact response text);
 - for every item where the texts differ: the first differing token and both models' top-2 logits
   there (a near-tie between two tokens explains a greedy divergence);
-- how often the model answered in another format than `<tool_call>` blocks (a fenced JSON call),
-  and, as a separately labelled diagnostic that is never the score, what the checker would say
-  if those fenced calls were read as calls.
+- how often the model answered in another format than `<tool_call>` blocks (JSON calls in a
+  fenced block or as the whole reply), and, as a separately labelled diagnostic that is never the
+  score, what the checker would say if those calls were read as calls.
 
     python benchmarks/bfcl_hf_agreement.py --run RUN --model_dir DIR --out OUT [--batch_size 16]
     python benchmarks/bfcl_hf_agreement.py --run RUN --out OUT --no_hf      # the table only
+    python benchmarks/bfcl_hf_agreement.py --run RUN --out OUT --reuse_hf   # again, from OUT/hf_items.jsonl
 """
 
 from __future__ import annotations
@@ -51,12 +52,13 @@ def wilson(correct: float, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def fenced_calls(text: str) -> list[dict] | None:
-    """Calls written as fenced JSON (`{"name", "arguments"}` objects, or a list of them), or None."""
+def json_calls(text: str) -> list[dict] | None:
+    """Calls written as JSON outside `<tool_call>` tags — fenced blocks, or the whole reply being
+    one JSON value — of `{"name", "arguments"}` objects (or lists of them); None if there are none."""
     if tokenization.TOOL_CALL_OPEN in text:
         return None
     calls = []
-    for body in FENCED.findall(text):
+    for body in FENCED.findall(text) or [text.strip()]:
         try:
             value = load_json_text(body.strip())
         except JSONTextError:
@@ -83,33 +85,62 @@ def _tasks(config: dict, items: list[dict], domain):
     return tasks
 
 
+def _hf_batch(model, prompts: list[list[int]], cap: int, stops: tuple[int, ...], pad_id: int) -> list[list[int]]:
+    """One left-padded HF greedy batch: each row's tokens up to (not including) its first stop token,
+    or all `cap` tokens when it did not stop."""
+    import torch
+
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt):] = torch.tensor(prompt)
+        mask[row, width - len(prompt):] = 1
+    with torch.no_grad():
+        gen = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=cap, do_sample=False,
+                             eos_token_id=list(stops), pad_token_id=pad_id, temperature=None, top_p=None, top_k=None)
+    rows = []
+    for row in range(len(prompts)):
+        new = gen[row, width:].tolist()
+        rows.append(next((new[:k] + [new[k]] for k, t in enumerate(new) if t in stops), new))
+    return rows
+
+
 def hf_greedy(model_dir: str, prompts: list[list[int]], max_new_tokens: int, stops: tuple[int, ...], pad_id: int,
-              batch_size: int) -> tuple[list[list[int]], float]:
-    """HF greedy continuations (up to, not including, the first stop token) and the seconds taken."""
+              batch_size: int, expected: list[int] | None = None) -> tuple[list[list[int]], float]:
+    """HF greedy continuations (up to, not including, the first stop token) and the seconds taken.
+
+    `expected`: our run's length of each reply, its stop token included. Batches then group rows of
+    similar expected length and decode only to the batch's longest expected length, so a batch does
+    not run to the cap for one long row; a row that had not stopped when its batch ended (it runs
+    longer than ours) is decoded again alone to the full `max_new_tokens`. The tokens are the same
+    as decoding every row to the cap (greedy decoding of a row does not depend on how far the
+    others run); only the time changes.
+    """
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    expected = expected or [max_new_tokens] * len(prompts)
+    order = sorted(range(len(prompts)), key=lambda i: (min(expected[i], max_new_tokens), len(prompts[i])))
     out: dict[int, list[int]] = {}
     start = time.time()
+    redo = []
     for b in range(0, len(order), batch_size):
         chunk = order[b:b + batch_size]
-        width = max(len(prompts[i]) for i in chunk)
-        ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(chunk), width), dtype=torch.long)
-        for row, i in enumerate(chunk):
-            ids[row, width - len(prompts[i]):] = torch.tensor(prompts[i])
-            mask[row, width - len(prompts[i]):] = 1
-        with torch.no_grad():
-            gen = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
-                                 eos_token_id=list(stops), pad_token_id=pad_id, temperature=None, top_p=None,
-                                 top_k=None)
-        for row, i in enumerate(chunk):
-            new = gen[row, width:].tolist()
-            out[i] = next((new[:k] for k, t in enumerate(new) if t in stops), new)
-        print(f"  hf: {min(b + batch_size, len(order))}/{len(order)} prompts, {time.time() - start:.0f}s", flush=True)
+        cap = min(max_new_tokens, max(expected[i] for i in chunk))
+        for i, row in zip(chunk, _hf_batch(model, [prompts[i] for i in chunk], cap, stops, pad_id)):
+            stopped = bool(row) and row[-1] in stops
+            if stopped or cap == max_new_tokens:
+                out[i] = row[:-1] if stopped else row
+            else:
+                redo.append(i)
+        print(f"  hf: {min(b + batch_size, len(order))}/{len(order)} prompts ({len(redo)} to redo), "
+              f"{time.time() - start:.0f}s", flush=True)
+    for i in redo:
+        row = _hf_batch(model, [prompts[i]], max_new_tokens, stops, pad_id)[0]
+        out[i] = row[:-1] if row and row[-1] in stops else row
     return [out[i] for i in range(len(prompts))], time.time() - start
 
 
@@ -148,6 +179,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--batch_size", type=int, default=16)
     p.add_argument("--no_hf", action="store_true", help="only the table of the run (no HF decoding)")
+    p.add_argument("--reuse_hf", action="store_true", help="read OUT/hf_items.jsonl of an earlier run instead of "
+                                                           "decoding again")
     args = p.parse_args(argv)
     run, out = Path(args.run), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -163,9 +196,13 @@ def main(argv=None) -> int:
     report: dict = {"run": str(run), "model_dir": model_dir, "n": len(items), "machine": platform.processor() or
                     platform.machine(), "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv)}
     hf_rows = None
-    if not args.no_hf:
-        hf_ids, seconds = hf_greedy(model_dir, prompts, int(config["max_new_tokens"]), text.stop_ids, text.pad_id,
-                                    args.batch_size)
+    if args.reuse_hf:
+        hf_rows = [json.loads(line) for line in (out / "hf_items.jsonl").read_text().splitlines() if line.strip()]
+        report["hf_seconds"] = json.loads((out / "agreement.json").read_text()).get("hf_seconds")
+    elif not args.no_hf:
+        cap = int(config["max_new_tokens"])
+        expected = [min(cap, it["response_tokens"] + 1) for it in items]  # + its stop token, when it stopped
+        hf_ids, seconds = hf_greedy(model_dir, prompts, cap, text.stop_ids, text.pad_id, args.batch_size, expected)
         report["hf_seconds"] = seconds
         hf_rows = []
         for task, ids in zip(tasks, hf_ids):
@@ -182,10 +219,10 @@ def main(argv=None) -> int:
         row = per_category.setdefault(it["category"], collections.Counter())
         row["n"] += 1
         row["ours"] += it["reward"]
-        calls = fenced_calls(it["response"])
+        calls = json_calls(it["response"])
         row["fenced"] += calls is not None
-        # Diagnostic only: fenced calls read as calls, scored by the same checker (on irrelevance a
-        # fenced call then counts as a call, so this can be lower than the score).
+        # Diagnostic only: JSON calls read as calls, scored by the same checker (on irrelevance such
+        # a call then counts as a call, so this can be lower than the score).
         row["lenient"] += it["reward"] if calls is None else domain.score(task, tokenization.render_tool_calls(calls))
         if hf_rows is not None:
             hf = hf_rows[i]
@@ -202,7 +239,7 @@ def main(argv=None) -> int:
         n = row["n"]
         low, high = wilson(row["ours"], n)
         table[category] = {"n": n, "ours": row["ours"] / n, "ours_ci95": [low, high],
-                           "fenced_json_rate": row["fenced"] / n, "lenient_diagnostic": row["lenient"] / n}
+                           "json_call_rate": row["fenced"] / n, "lenient_diagnostic": row["lenient"] / n}
         if hf_rows is not None:
             table[category].update(hf=row["hf"] / n, verdict_agreement=row["verdict_agree"] / n,
                                    text_agreement=row["text_agree"] / n)
@@ -213,13 +250,14 @@ def main(argv=None) -> int:
         report["verdict_agreement"] = agree / len(items)
         report["text_agreement"] = sum(r["text_agree"] for r in per_category.values()) / len(items)
     (out / "agreement.json").write_text(json.dumps(report, indent=2) + "\n")
-    lines = ["| category | n | ours | 95% CI | HF | verdicts agree | texts agree | fenced JSON | lenient (diagnostic) |",
+    lines = ["| category | n | ours | 95% CI | HF | verdicts agree | texts agree | JSON calls outside <tool_call> | "
+             "lenient (diagnostic) |",
              "|---|---:|---:|---|---:|---:|---:|---:|---:|"]
     for category, r in table.items():
         ci = f"{r['ours_ci95'][0]:.1%} - {r['ours_ci95'][1]:.1%}"
         hf = (f"{r['hf']:.1%} | {r['verdict_agreement']:.1%} | {r['text_agreement']:.1%}" if hf_rows is not None
               else "- | - | -")
-        lines.append(f"| {category} | {r['n']} | {r['ours']:.1%} | {ci} | {hf} | {r['fenced_json_rate']:.1%} | "
+        lines.append(f"| {category} | {r['n']} | {r['ours']:.1%} | {ci} | {hf} | {r['json_call_rate']:.1%} | "
                      f"{r['lenient_diagnostic']:.1%} |")
     for d in disagreements:
         lines.append(f"- {d['task_id']}: ours {d['ours_reward']:g} / HF {d['hf_reward']:g}; first different token at "
