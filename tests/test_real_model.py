@@ -3,7 +3,7 @@ qwen2.5-coder-0.5b-instruct --dest DIR`): our float32 forward against HF transfo
 directory, greedy decoding against HF `generate`, and `load_gguf(DIR/model.gguf)` against `load_hf(DIR)`.
 
 They run in `make test-full` (GENENV_FULL_TESTS=1) whenever the download is present: in the model
-cache (`genenv_jax.data.model_sources.model_cache_dir`) or at `$GENENV_REAL_MODEL_DIR`. About 4
+cache (`genenv_jax.data.model_sources.model_cache_dir`) or at `$GENENV_REAL_MODEL_DIR`. About 2.5
 minutes on 2 cores, so not in `make test`'s 20-minute budget. Measured figures go to stdout (-s).
 """
 
