@@ -229,14 +229,14 @@ def matches_bundled_vocabulary(reader: GGUFTensorReader) -> bool:
                for i, t in enumerate(types[n:]))
 
 
-def gguf_tokenizer(path: str | os.PathLike) -> "PreTrainedTokenizerBase":
+def gguf_tokenizer(path: "str | os.PathLike | GGUFTensorReader") -> "PreTrainedTokenizerBase":
     """The tokenizer a GGUF file carries, with its chat template.
 
     Where the file's vocabulary is exactly Qwen2.5's (checked token by token and merge by merge),
     this is the bundled Qwen2.5 tokenizer with the file's chat template; otherwise transformers
     builds one from the file's own tokens and merges.
     """
-    reader = GGUFTensorReader(path)
+    reader = path if isinstance(path, GGUFTensorReader) else GGUFTensorReader(path)
     template = reader.field("tokenizer.chat_template") or qwen25_chat_template()
     if matches_bundled_vocabulary(reader):
         tok = load_tokenizer()
@@ -293,7 +293,7 @@ def write_hf_files(reader: GGUFTensorReader, directory: str | os.PathLike, dtype
     save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
     del tensors
     (directory / "config.json").write_text(json.dumps(cfg.to_hf_dict(), indent=2) + "\n", encoding="utf-8")
-    tok = gguf_tokenizer(reader.path)
+    tok = gguf_tokenizer(reader)  # the file already open, not read again
     tok.save_pretrained(str(directory))
     (directory / "generation_config.json").write_text(
         json.dumps(generation_config(cfg, tok.pad_token_id), indent=2) + "\n", encoding="utf-8")
