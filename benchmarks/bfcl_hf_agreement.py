@@ -37,7 +37,7 @@ from genenv_jax import tokenization
 from genenv_jax.chat_text import ChatText
 from genenv_jax.domains import get_domain
 from genenv_jax.evaluation import select_tasks
-from genenv_jax.json_text import JSONTextError, load_json_text
+from genenv_jax.core.json_text import JSONTextError, load_json_text
 
 FENCED = re.compile(r"```(?:json|python|tool_call)?\s*\n(.*?)\n?```", re.S)
 

@@ -25,7 +25,8 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
-from genenv_jax import storage, tokenization
+from genenv_jax.workdir import storage
+from genenv_jax import tokenization
 from genenv_jax.chat_text import ChatText
 from genenv_jax.domains.base import Domain, Task
 from genenv_jax.episodes import EpisodeCaps, open_environments, run_episodes
@@ -271,7 +272,7 @@ def load_run_agent(run_dir: str | os.PathLike, epoch: int | None = None) -> tupl
     """(cfg, params, epoch) of the agent in a GenEnv run's Orbax checkpoint (default: the latest epoch);
     the model config from the checkpoint's config snapshot, the params FSDP-sharded over every device
     of every process (the default mesh), so greedy decoding runs over the global mesh multi-host too."""
-    from genenv_jax.checkpointing import Checkpointer
+    from genenv_jax.workdir.checkpoints import Checkpointer
     from genenv_jax.models import param_shapes
     from genenv_jax.models.partitioning import param_shardings
     from genenv_jax.parallel import MeshConfig, abstract_like, make_mesh
@@ -336,7 +337,7 @@ def domain_options(pairs: Sequence[str], defaults: Mapping[str, Any] | None = No
 
 def _run_domain(run_dir: str, epoch: int | None) -> tuple[str, dict[str, Any]]:
     """The domain name and options a run was trained with (from its checkpoint's config snapshot)."""
-    from genenv_jax.checkpointing import Checkpointer
+    from genenv_jax.workdir.checkpoints import Checkpointer
 
     ckpt = Checkpointer(storage.as_path(run_dir) / "checkpoints", async_save=False)
     try:

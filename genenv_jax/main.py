@@ -76,12 +76,12 @@ def main(argv):
         logging.set_verbosity(logging.WARNING)  # Orbax / JAX info logs drown the progress bars; -v 0 shows them
     import jax
 
-    from genenv_jax.checkpointing import CheckpointError
+    from genenv_jax.workdir.checkpoints import CheckpointError
     from genenv_jax.loop import CoEvolution, NonFiniteLossError
-    from genenv_jax.metrics import summary_table
+    from genenv_jax.workdir.metrics import summary_table
     from genenv_jax.parallel import initialize_distributed
     from genenv_jax.run_config import ConfigError, RunConfig
-    from genenv_jax.workdir_lock import WorkdirLockedError
+    from genenv_jax.workdir.lock import WorkdirLockedError
 
     initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
     try:

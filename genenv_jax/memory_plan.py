@@ -28,7 +28,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from genenv_jax.bucketing import length_bucket, next_power_of_two, round_up
+from genenv_jax.core.bucketing import length_bucket, next_power_of_two, round_up
 from genenv_jax.domains import DOMAINS, Domain
 from genenv_jax.loop.packing import padded_row_count
 from genenv_jax.models import param_shapes, param_shardings

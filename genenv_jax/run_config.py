@@ -13,14 +13,14 @@ import dataclasses
 import os
 from typing import Any, Mapping
 
-from genenv_jax.config_checks import ConfigError
-from genenv_jax.config_checks import check_fraction as _fraction
-from genenv_jax.config_checks import check_in as _choice
-from genenv_jax.config_checks import check_positive as _positive
-from genenv_jax.config_checks import check_type as _check_type
-from genenv_jax.config_checks import failure as _fail
-from genenv_jax.config_checks import section as _section
-from genenv_jax.config_checks import to_dict as _to_dict
+from genenv_jax.core.config_checks import ConfigError
+from genenv_jax.core.config_checks import check_fraction as _fraction
+from genenv_jax.core.config_checks import check_in as _choice
+from genenv_jax.core.config_checks import check_positive as _positive
+from genenv_jax.core.config_checks import check_type as _check_type
+from genenv_jax.core.config_checks import failure as _fail
+from genenv_jax.core.config_checks import section as _section
+from genenv_jax.core.config_checks import to_dict as _to_dict
 from genenv_jax.curriculum import CurriculumConfig
 from genenv_jax.domains.base import SPLITS
 from genenv_jax.dreamgym.settings import DreamGymSettings, dreamgym_settings

@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
-from genenv_jax.json_text import JSONTextError, load_json_text
+from genenv_jax.core.json_text import JSONTextError, load_json_text
 
 if TYPE_CHECKING:  # transformers is imported when a tokenizer is loaded, not for tool-call parsing
     from transformers import PreTrainedTokenizerBase

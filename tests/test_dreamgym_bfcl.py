@@ -10,7 +10,7 @@ import random
 import pytest
 
 from genenv_jax.chat_text import ChatText
-from genenv_jax.config_checks import ConfigError
+from genenv_jax.core.config_checks import ConfigError
 from genenv_jax.domains.bfcl import BFCLDomain
 from genenv_jax.domains.bfcl_multiturn import BFCLMultiTurnDomain
 from genenv_jax.domains.bfcl_multiturn import transitions as tr

@@ -14,7 +14,7 @@ from genenv_jax.dreamgym.predictor import Predictor, Query, Retrieval
 from genenv_jax.dreamgym.replay import ReplayBuffer
 from genenv_jax.dreamgym.transitions import Transition
 from genenv_jax.models import init_params, preset
-from genenv_jax.pools import Pool
+from genenv_jax.workdir.pools import Pool
 from genenv_jax.rl import OptimizerConfig, RWRConfig, make_optimizer, make_rwr_step
 from genenv_jax.sampling import Sampler
 

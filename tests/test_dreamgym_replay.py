@@ -11,7 +11,7 @@ from genenv_jax.dreamgym.embedding import Embedder, key_text, transition_key_tex
 from genenv_jax.dreamgym.replay import ReplayBuffer, ReplayError, encode_record
 from genenv_jax.dreamgym.transitions import REAL_SOURCES, Transition
 from genenv_jax.models import preset
-from genenv_jax.pools import Pool
+from genenv_jax.workdir.pools import Pool
 from tests.random_params import random_params
 
 
@@ -196,7 +196,7 @@ def test_a_corrupted_record_gives_a_one_line_error_naming_pool_epoch_and_index(t
 
 def test_undecodable_bytes_are_located_by_index(tmp_path, monkeypatch):
     """Bytes that are not JSON at all (written past the pool's encoder) are found record by record."""
-    from genenv_jax import pools
+    from genenv_jax.workdir import pools
 
     encode = pools.encode_record
     monkeypatch.setattr(pools, "encode_record", lambda r, e: b"\xff{not json" if r.get("bad") else encode(r, e))

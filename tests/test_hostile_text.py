@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from genenv_jax import json_text as jt
+from genenv_jax.core import json_text as jt
 from genenv_jax import tokenization as tk
 from genenv_jax.domains import Rejection, Task, get_domain
 from genenv_jax.domains import bfcl_checker, bfcl_schema

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import multiprocess
-from genenv_jax.pools import Pool
+from genenv_jax.workdir.pools import Pool
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from genenv_jax.metrics import MetricsWriter, plot_curves, read_metrics, summary_table, truncate_metrics
+from genenv_jax.workdir.metrics import MetricsWriter, plot_curves, read_metrics, summary_table, truncate_metrics
 from genenv_jax.loop.packing import length_bucket, pack_sequences, padded_row_count
 
 

@@ -8,7 +8,7 @@ import os
 import grain
 import pytest
 
-from genenv_jax import pool_mixing, pools
+from genenv_jax.workdir import pool_mixing, pools
 
 
 def _records(tag, n):

@@ -18,10 +18,10 @@ import optax
 import pytest
 from orbax.checkpoint._src.handlers import json_checkpoint_handler
 
-from genenv_jax.checkpointing import CheckpointError, Checkpointer, abstract_tree, resume
-from genenv_jax.metrics import MetricsWriter, read_metrics, truncate_metrics
-from genenv_jax.pools import Pool, PoolError
-from genenv_jax.workdir_lock import WorkdirLock, WorkdirLockedError
+from genenv_jax.workdir.checkpoints import CheckpointError, Checkpointer, abstract_tree, resume
+from genenv_jax.workdir.metrics import MetricsWriter, read_metrics, truncate_metrics
+from genenv_jax.workdir.pools import Pool, PoolError
+from genenv_jax.workdir.lock import WorkdirLock, WorkdirLockedError
 
 TOY_OPT = optax.adam(0.1)
 POOL_NAMES = ("d_train", "d_env")
@@ -378,7 +378,7 @@ def test_metrics_writer_writes_only_rows_the_reader_accepts(tmp_path):
 
 _HOLD_LOCK = """
 import sys, time
-from genenv_jax.workdir_lock import WorkdirLock
+from genenv_jax.workdir.lock import WorkdirLock
 lock = WorkdirLock(sys.argv[1]); lock.acquire()
 print("locked", flush=True)
 time.sleep(120)

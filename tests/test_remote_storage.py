@@ -21,12 +21,13 @@ import numpy as np
 import pytest
 from etils import epath
 
-from genenv_jax import domains, storage, workdir_lock
-from genenv_jax.checkpointing import Checkpointer, abstract_tree, resume
+from genenv_jax import domains
+from genenv_jax.workdir import storage, lock as workdir_lock
+from genenv_jax.workdir.checkpoints import Checkpointer, abstract_tree, resume
 from genenv_jax.loop import records
-from genenv_jax.metrics import MetricsWriter, plot_curves, read_metrics, truncate_metrics
-from genenv_jax.pools import Pool, PoolError
-from genenv_jax.workdir_lock import WorkdirLock, WorkdirLockedError
+from genenv_jax.workdir.metrics import MetricsWriter, plot_curves, read_metrics, truncate_metrics
+from genenv_jax.workdir.pools import Pool, PoolError
+from genenv_jax.workdir.lock import WorkdirLock, WorkdirLockedError
 from test_reliability_storage import _assert_same_run, _fresh_arrays, toy_run
 
 BUCKET = "bucket"

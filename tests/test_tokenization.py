@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from genenv_jax import json_text as jt
+from genenv_jax.core import json_text as jt
 from genenv_jax import tokenization as tk
 from genenv_jax.tokenization import ToolCall, parse_tool_calls, render_tool_call, render_tool_calls
 

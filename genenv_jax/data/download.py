@@ -26,7 +26,7 @@ import urllib.request
 from pathlib import Path
 from typing import TextIO
 
-from genenv_jax.atomic_files import fsync_dir
+from genenv_jax.workdir.atomic_files import fsync_dir
 
 BENCHMARKS = ("api_bank", "bamboogle", "travelplanner")
 CHUNK = 1 << 20

@@ -30,7 +30,7 @@ import zipfile
 from pathlib import Path
 from typing import TextIO
 
-from genenv_jax.atomic_files import fsync_dir
+from genenv_jax.workdir.atomic_files import fsync_dir
 from genenv_jax.models.gguf_io import GGUFTensorReader, write_hf_files
 
 CHUNK = 1 << 20

@@ -10,7 +10,7 @@ from typing import Any, Iterator
 
 from genenv_jax.domains.base import Task
 from genenv_jax.domains.bfcl_schema import TaskInvalid
-from genenv_jax.json_text import MAX_JSON_CANDIDATES, JSONTextError, json_value_end, load_json_text
+from genenv_jax.core.json_text import MAX_JSON_CANDIDATES, JSONTextError, json_value_end, load_json_text
 
 
 def seed_json(task: Task) -> str:

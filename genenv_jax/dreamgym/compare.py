@@ -150,7 +150,7 @@ def evaluate_on_train_games(workdir: Path, name: str, config: ConfigDict) -> dic
 def summarise(workdir: Path, names: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Per arm: held-out success after the warm-start, per epoch and at the end; train-time success;
     the experience model's failures; generated tasks; replay size; wall time."""
-    from genenv_jax.metrics import read_metrics
+    from genenv_jax.workdir.metrics import read_metrics
 
     out = {}
     for name in names:
@@ -217,7 +217,7 @@ def main(argv: Sequence[str]) -> None:
     if unknown:
         raise app.UsageError(f"--arms: unknown arm {unknown[0]!r} (known: {', '.join(table)})")
     if not f.report_only:
-        from genenv_jax.compilation_cache import persistent_compilation_cache
+        from genenv_jax.core.compilation_cache import persistent_compilation_cache
 
         persistent_compilation_cache(workdir / "xla_cache")  # arms 2..n reload arm 1's programs
         prepare_tokenizer(workdir, comparison_config(workdir, f.epochs, f.seed, {}))

@@ -8,7 +8,7 @@ import dataclasses
 import random
 from typing import Callable, Sequence
 
-from genenv_jax.config_checks import ConfigError
+from genenv_jax.core.config_checks import ConfigError
 from genenv_jax.domains.base import Domain, Message, Task
 from genenv_jax.dreamgym.environments import SyntheticAdapter
 from genenv_jax.dreamgym.experience_model import GAME

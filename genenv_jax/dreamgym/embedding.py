@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from genenv_jax.bucketing import length_bucket, next_power_of_two
+from genenv_jax.core.bucketing import length_bucket, next_power_of_two
 from genenv_jax.dreamgym.transitions import Transition
 from genenv_jax.models.config import ModelConfig
 from genenv_jax.models.params import Params

@@ -134,7 +134,7 @@ def run(s: FitSettings, workdir: Path) -> dict:
     from genenv_jax.dreamgym.predictor import Predictor, Query, Retrieval, accuracy, baseline_predictions
     from genenv_jax.dreamgym.replay import ReplayBuffer
     from genenv_jax.models import init_params, preset
-    from genenv_jax.pools import Pool
+    from genenv_jax.workdir.pools import Pool
     from genenv_jax.rl import OptimizerConfig, RWRConfig, make_optimizer, make_rwr_step
     from genenv_jax.sampling import Sampler
     from genenv_jax.small_tokenizer import small_tokenizer_once

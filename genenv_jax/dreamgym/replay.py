@@ -2,7 +2,7 @@
 prompt retrieves the top-k real transitions most similar to the current (s_t, a_t) (PAPERS.md
 section 2). Seeded offline with real transitions, it grows online.
 
-Held in memory, persisted through a `genenv_jax.pools.Pool`: one shard per epoch (`commit`), so the
+Held in memory, persisted through a `genenv_jax.workdir.pools.Pool`: one shard per epoch (`commit`), so the
 loop's checkpoint manifests and `Pool.roll_back_to` cover it like the other pools, and a resumed
 buffer is exactly the one checkpointed. Each record carries its embedding (base64 of little-endian
 float32 plus its dimension), so a reopened buffer retrieves bit-identically without re-embedding.
@@ -23,7 +23,7 @@ from typing import Any, Callable, Collection, Mapping, Sequence, Union
 import numpy as np
 
 from genenv_jax.dreamgym.transitions import REAL_SOURCES, SOURCES, Transition
-from genenv_jax.pools import Pool
+from genenv_jax.workdir.pools import Pool
 
 RECORD_VERSION = 1
 RECORD_KEYS = frozenset({"replay_version", "transition", "embedding"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from genenv_jax.config_checks import check_fraction, check_positive, failure, section
+from genenv_jax.core.config_checks import check_fraction, check_positive, failure, section
 
 
 @dataclasses.dataclass(frozen=True)

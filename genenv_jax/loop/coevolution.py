@@ -24,8 +24,9 @@ import time
 
 from tqdm.auto import tqdm
 
-from genenv_jax import curriculum, storage
-from genenv_jax.checkpointing import Checkpointer
+from genenv_jax import curriculum
+from genenv_jax.workdir import storage
+from genenv_jax.workdir.checkpoints import Checkpointer
 from genenv_jax.domains import DOMAINS, get_domain
 from genenv_jax.episodes import open_environments
 from genenv_jax.loop import learning, records, shared_pools
@@ -40,11 +41,11 @@ from genenv_jax.loop.state import RECENT_SUCCESS_KEPT, LoopState, SeedStats
 from genenv_jax.loop.tasks import (CurriculumTasks, GeneratedTasks, StaticTasks, TaskGenerator, agent_tasks,
                                    replay_tasks)
 from genenv_jax.loop.warmstart_cache import cached_warmstart, warmstart_key
-from genenv_jax.metrics import MetricsWriter, plot_curves, read_metrics, summary_table, truncate_metrics
+from genenv_jax.workdir.metrics import MetricsWriter, plot_curves, read_metrics, summary_table, truncate_metrics
 from genenv_jax.parallel import barrier, broadcast_object, check_same_on_all, is_writer, make_mesh
 from genenv_jax.run_config import RunConfig
 from genenv_jax.sampling import Sampler
-from genenv_jax.workdir_lock import WorkdirLock, WorkdirLockedError
+from genenv_jax.workdir.lock import WorkdirLock, WorkdirLockedError
 
 POOLS = ("d_train", "d_env", "static_tasks")
 REPLAY_POOL = "replay"  # mode=dreamgym: the experience model's replay buffer

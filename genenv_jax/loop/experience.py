@@ -17,8 +17,8 @@ import logging
 import time
 from typing import Any, Mapping, Sequence
 
-from genenv_jax import storage
-from genenv_jax.checkpoint_digests import json_digest
+from genenv_jax.workdir import storage
+from genenv_jax.workdir.checkpoint_digests import json_digest
 from genenv_jax.loop import experience_sft
 from genenv_jax.dreamgym.domains import OfflineSettings, domain_support, run_rng_key
 from genenv_jax.dreamgym.embedding import Embedder, transition_key_text
@@ -31,7 +31,7 @@ from genenv_jax.loop.context import STREAM_EXPERIENCE, STREAM_EXPERIENCE_SFT, Lo
 from genenv_jax.loop.policy import Policy, copy_params
 from genenv_jax.loop.updates import TrainRow
 from genenv_jax.loop.warmstart_cache import cached_warmstart
-from genenv_jax.pools import Pool
+from genenv_jax.workdir.pools import Pool
 
 EXPERIENCE_INIT_OFFSET = 2  # random init seed: init_seed + 2 (the agent's is + 0, the simulator's + 1)
 # dreamgym keys that change neither the offline data nor the SFT (only how the loop uses the model)

@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from genenv_jax.bucketing import length_bucket, round_up
+from genenv_jax.core.bucketing import length_bucket, round_up
 
 
 def pack_sequences(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int, *,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping
 
-from genenv_jax.checkpointing import Checkpointer, resume
+from genenv_jax.workdir.checkpoints import Checkpointer, resume
 from genenv_jax.loop.state import POLICIES, LoopState, PolicyState
-from genenv_jax.pools import Pool
+from genenv_jax.workdir.pools import Pool
 from genenv_jax.run_config import ConfigError, RunConfig
 
 

@@ -10,7 +10,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from genenv_jax import storage
+from genenv_jax.workdir import storage
 from genenv_jax.curriculum import TaskScore
 from genenv_jax.rl import rwr_weight
 from genenv_jax.loop.rollouts import RolloutGroup

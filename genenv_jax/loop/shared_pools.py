@@ -1,7 +1,7 @@
 """The loop's pools on one or many processes: process 0 writes them, every other process opens
 them read-only and reloads after process 0 has committed, so all read the same records back.
 (On a pod the workdir must be storage every host sees, like the checkpoints: a shared filesystem or
-gs://, where each process reads the shards through its own local cache, `genenv_jax.storage`.)"""
+gs://, where each process reads the shards through its own local cache, `genenv_jax.workdir.storage`.)"""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 from typing import Any, Iterable, Mapping, Sequence
 
 from genenv_jax.parallel import barrier, is_writer
-from genenv_jax.pools import Pool
+from genenv_jax.workdir.pools import Pool
 
 
 def open_pools(root: str | os.PathLike, names: Sequence[str]) -> dict[str, Pool]:

@@ -16,8 +16,8 @@ from genenv_jax.loop.context import (STREAM_GENERATE, STREAM_REPLAY, STREAM_SEED
 from genenv_jax.loop.policy import Policy
 from genenv_jax.loop.state import SeedStats
 from genenv_jax.loop import shared_pools
-from genenv_jax.pool_mixing import mixed_batches
-from genenv_jax.pools import Pool
+from genenv_jax.workdir.pool_mixing import mixed_batches
+from genenv_jax.workdir.pools import Pool
 
 Counters = collections.Counter
 

@@ -17,9 +17,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from genenv_jax import storage
-from genenv_jax.checkpoint_digests import json_digest
-from genenv_jax.checkpointing import Checkpointer, CheckpointError
+from genenv_jax.workdir import storage
+from genenv_jax.workdir.checkpoint_digests import json_digest
+from genenv_jax.workdir.checkpoints import Checkpointer, CheckpointError
 from genenv_jax.loop.updates import TrainRow
 
 

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from genenv_jax.bucketing import next_power_of_two
+from genenv_jax.core.bucketing import next_power_of_two
 
 
 def is_multiprocess() -> bool:

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh
 
-from genenv_jax.config_checks import check_choice
+from genenv_jax.core.config_checks import check_choice
 from genenv_jax.models import ModelConfig
 from genenv_jax.rl.logprobs import token_logprobs
 from genenv_jax.rl.losses import AGGREGATIONS, KL_ESTIMATORS, aggregate, kl_penalty, normalizer, token_count

@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from genenv_jax.config_checks import check_choice
+from genenv_jax.core.config_checks import check_choice
 
 AGGREGATIONS = ("token_mean", "seq_mean_token_mean")
 KL_ESTIMATORS = ("k1", "k2", "k3")

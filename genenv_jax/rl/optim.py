@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from genenv_jax.config_checks import dataclass_kwargs
+from genenv_jax.core.config_checks import dataclass_kwargs
 
 SCHEDULES = ("constant", "cosine", "linear")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Sequence
 
-from genenv_jax.bucketing import next_power_of_two
+from genenv_jax.core.bucketing import next_power_of_two
 
 
 def bucket_size(n: int, buckets: Sequence[int] | None, minimum: int, what: str,

@@ -22,7 +22,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from genenv_jax.bucketing import next_power_of_two, round_up
+from genenv_jax.core.bucketing import next_power_of_two, round_up
 from genenv_jax.models.decode import CACHE_AXES
 from genenv_jax.parallel import abstract_like, to_host
 from genenv_jax.sampling.buckets import rows_per_chunk

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from genenv_jax.bucketing import length_bucket, next_power_of_two, round_up
+from genenv_jax.core.bucketing import length_bucket, next_power_of_two, round_up
 from genenv_jax.models import ModelConfig, param_shardings
 from genenv_jax.parallel import BATCH_AXES, MeshConfig, logical_to_spec, make_mesh
 from genenv_jax.sampling.buckets import Buckets, bucket_size

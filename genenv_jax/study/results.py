@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from genenv_jax.metrics import METRICS_FILE, read_metrics
+from genenv_jax.workdir.metrics import METRICS_FILE, read_metrics
 
 MODES = ("genenv", "random", "static")
 VERDICT = {True: "holds", False: "does not hold", None: "no data"}

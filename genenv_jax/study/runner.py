@@ -25,9 +25,9 @@ from absl import app, flags, logging
 from ml_collections import ConfigDict
 from tqdm.auto import tqdm
 
-from genenv_jax import storage
-from genenv_jax.compilation_cache import persistent_compilation_cache
-from genenv_jax.config_checks import ConfigError
+from genenv_jax.workdir import storage
+from genenv_jax.core.compilation_cache import persistent_compilation_cache
+from genenv_jax.core.config_checks import ConfigError
 from genenv_jax.main import _CONFIG, _WORKDIR, command_line_parser, die, one_line  # the flags main defines
 from genenv_jax.run_config import MODES
 

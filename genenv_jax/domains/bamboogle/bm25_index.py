@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from genenv_jax.atomic_files import fsync_dir
+from genenv_jax.workdir.atomic_files import fsync_dir
 from genenv_jax.domains.bamboogle.passages import CorpusError, Passage, open_corpus, passage_of_line
 
 INDEX_VERSION = 1

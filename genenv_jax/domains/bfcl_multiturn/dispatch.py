@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 import mpmath
 
 from genenv_jax.domains.bfcl_multiturn.data import STATELESS, backend_class, function_names, parameter_types
-from genenv_jax.json_text import MAX_JSON_CHARS, MAX_JSON_DEPTH
+from genenv_jax.core.json_text import MAX_JSON_CHARS, MAX_JSON_DEPTH
 
 # Reason codes of a call that did not run to a result (counted in StepOutcome.info["errors"]).
 CALL_ERRORS = (

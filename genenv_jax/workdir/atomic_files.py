@@ -1,5 +1,5 @@
 """POSIX helpers for files that must survive a crash whole: write to a temp name, fsync, rename,
-fsync the directory (pools, manifests, metrics). Local paths only: `genenv_jax.storage` picks
+fsync the directory (pools, manifests, metrics). Local paths only: `genenv_jax.workdir.storage` picks
 these for local paths and single object uploads for gs://."""
 
 from __future__ import annotations

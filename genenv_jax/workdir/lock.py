@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any
 
-from genenv_jax import storage
+from genenv_jax.workdir import storage
 
 LOCK_NAME = "run.lock"
 HEARTBEAT_S = 60.0  # how often the holder of a gs:// lock refreshes it

@@ -28,12 +28,11 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from genenv_jax import storage
-from genenv_jax.checkpoint_digests import (LeafRecord, abstract_tree, json_digest, leaf_records, path_name,
-                                          shape_and_dtype)
-from genenv_jax.checkpoint_errors import install_orbax_log_filter, one_line_cause, quiet_orbax_leftovers
-from genenv_jax.pools import Pool
-from genenv_jax.storage import AnyPath
+from genenv_jax.workdir import storage
+from genenv_jax.workdir.checkpoint_digests import (LeafRecord, abstract_tree, json_digest, leaf_records, path_name, shape_and_dtype)
+from genenv_jax.workdir.checkpoint_errors import install_orbax_log_filter, one_line_cause, quiet_orbax_leftovers
+from genenv_jax.workdir.pools import Pool
+from genenv_jax.workdir.storage import AnyPath
 
 PyTree = Any
 CHECKPOINT_SCHEMA_VERSION = 2

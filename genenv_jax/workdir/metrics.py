@@ -3,7 +3,7 @@
 metrics.jsonl holds one validated row per line ({"epoch": int >= -1, name: scalar | str | None}).
 Reading never changes the file; `truncate_metrics` (resume) keeps a file with bad lines aside
 before rewriting its valid rows, so no row is ever dropped silently. A gs:// workdir works too
-(`genenv_jax.storage`): each row rewrites the whole object (GCS objects cannot be appended), and
+(`genenv_jax.workdir.storage`): each row rewrites the whole object (GCS objects cannot be appended), and
 TensorBoard events are written to a local temp directory and uploaded whole at each flush.
 """
 
@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from genenv_jax import storage
-from genenv_jax.storage import AnyPath
+from genenv_jax.workdir import storage
+from genenv_jax.workdir.storage import AnyPath
 
 METRICS_FILE = "metrics.jsonl"
 

@@ -34,7 +34,7 @@ from typing import IO, Any, Union
 import fsspec
 from etils import epath
 
-from genenv_jax.atomic_files import TMP_PREFIX, write_bytes_atomic
+from genenv_jax.workdir.atomic_files import TMP_PREFIX, write_bytes_atomic
 
 GS = "gs://"
 CACHE_ENV = "GENENV_CACHE_DIR"

@@ -3,7 +3,7 @@
 One shard per epoch per pool, committed atomically: the shard is written under a temporary name,
 fsynced and renamed, then `manifest.json` (the list of committed shards) is replaced the same way.
 On a gs:// root each is one object upload instead (atomic on GCS); shards are staged and read
-through a local cache, since ArrayRecord and Grain read local files (`genenv_jax.storage`).
+through a local cache, since ArrayRecord and Grain read local files (`genenv_jax.workdir.storage`).
 Only shards listed in the manifest exist for readers. Opening a pool deletes nothing: leftovers
 of a crash (and epochs past the checkpoint) are deleted only by `roll_back_to(manifest)`, which
 `checkpointing.resume` calls with the checkpoint's manifest, so a shard a checkpoint lists is
@@ -30,9 +30,9 @@ import grain
 import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader, ArrayRecordWriter
 
-from genenv_jax import storage
-from genenv_jax.atomic_files import fsync_dir, fsync_file
-from genenv_jax.storage import AnyPath, write_json_atomic
+from genenv_jax.workdir import storage
+from genenv_jax.workdir.atomic_files import fsync_dir, fsync_file
+from genenv_jax.workdir.storage import AnyPath, write_json_atomic
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
