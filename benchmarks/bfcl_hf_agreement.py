@@ -33,8 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from genenv_jax import tokenization
-from genenv_jax.chat_text import ChatText
+from genenv_jax.text import tokenization
+from genenv_jax.text.chat_text import ChatText
 from genenv_jax.domains import get_domain
 from genenv_jax.evaluation import select_tasks
 from genenv_jax.core.json_text import JSONTextError, load_json_text

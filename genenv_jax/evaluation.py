@@ -26,8 +26,8 @@ import numpy as np
 from tqdm import tqdm
 
 from genenv_jax.workdir import storage
-from genenv_jax import tokenization
-from genenv_jax.chat_text import ChatText
+from genenv_jax.text import tokenization
+from genenv_jax.text.chat_text import ChatText
 from genenv_jax.domains.base import Domain, Task
 from genenv_jax.episodes import EpisodeCaps, open_environments, run_episodes
 from genenv_jax.models import ModelConfig

@@ -26,7 +26,8 @@ pytest.importorskip("alfworld", reason=EXTRA)
 pytest.importorskip("textworld", reason=EXTRA)
 pytest.importorskip("fast_downward", reason=EXTRA)
 
-from genenv_jax import evaluation, tokenization  # noqa: E402
+from genenv_jax import evaluation
+from genenv_jax.text import tokenization  # noqa: E402
 from genenv_jax.domains.alfworld import ALFWorldDomain, dataset, engine, specs, vocab  # noqa: E402
 from genenv_jax.domains.alfworld.domain import REJECTION_REASONS  # noqa: E402
 from genenv_jax.domains.alfworld.episode import NOTHING, ALFWorldEnvironment, parse_action  # noqa: E402
@@ -585,7 +586,7 @@ def test_warm_start_demonstration_is_the_walkthrough_with_the_engines_observatio
     between them out of it, ending on the winning command."""
     from types import SimpleNamespace
 
-    from genenv_jax.chat_text import ChatText
+    from genenv_jax.text.chat_text import ChatText
     from genenv_jax.loop.learning import demonstration_row
 
     text = ChatText.load(None)

@@ -219,8 +219,8 @@ def test_simulator_tasks_are_accepted_only_when_their_calls_execute(domain):
 def test_evaluation_reports_the_headline_numbers_through_summary(domain):
     """The evaluation CLI's path (genenv_jax.evaluation.evaluate) with a stand-in model that answers
     each first prompt with the task's reference (and ends level-3 episodes at once)."""
-    from genenv_jax import tokenization
-    from genenv_jax.chat_text import ChatText
+    from genenv_jax.text import tokenization
+    from genenv_jax.text.chat_text import ChatText
     from genenv_jax.evaluation import evaluate
 
     tokenizer = tokenization.load_tokenizer()

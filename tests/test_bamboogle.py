@@ -470,7 +470,7 @@ def test_a_retriever_outage_rejects_the_generation(domain):
 def test_evaluation_reports_em_cover_em_and_f1_and_the_scores_cli_rescores_items(domain, tmp_path, capsys):
     """The evaluation CLI's path (genenv_jax.evaluation.evaluate) with a stand-in model that plays each
     task's reference episode (search per hop, then the answer), except one that answers wrongly."""
-    from genenv_jax import tokenization
+    from genenv_jax.text import tokenization
     from genenv_jax.evaluation import evaluate, write_report
 
     tokenizer = tokenization.load_tokenizer()

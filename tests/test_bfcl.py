@@ -11,7 +11,7 @@ from genenv_jax.domains import bfcl as bfcl_mod
 from genenv_jax.domains import bfcl_checker, bfcl_data, bfcl_schema
 from genenv_jax.domains.bfcl import BFCLDomain
 from genenv_jax.domains.bfcl_generation import task_as_generation
-from genenv_jax.tokenization import ToolCall, render_tool_calls
+from genenv_jax.text.tokenization import ToolCall, render_tool_calls
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -233,7 +233,7 @@ def test_agent_prompt_and_step(domain, seeds):
 
 
 def test_agent_prompt_renders_with_tokenizer(domain, seeds):
-    from genenv_jax import tokenization as tk
+    from genenv_jax.text import tokenization as tk
     tok = tk.load_tokenizer()
     task = seeds["multiple_0"]
     p = domain.agent_prompt(task)

@@ -19,7 +19,7 @@ from genenv_jax.domains.bfcl_multiturn.dispatch import COST_LIMITS
 from genenv_jax.domains.bfcl_multiturn.domain import DONE_TEXT
 from genenv_jax.domains.bfcl_multiturn.scenario import Scenario
 from genenv_jax.run_config import RunConfig
-from genenv_jax.tokenization import render_tool_call, render_tool_calls
+from genenv_jax.text.tokenization import render_tool_call, render_tool_calls
 
 SPLIT_DIGEST = "5f0f1cbf223134e30e4d8e7be6994f9115bb639174ab39ed84ed92f505380aba"
 # Shipped entries parse_task refuses as generations (see docs/bfcl_multiturn.md).

@@ -11,7 +11,7 @@ import pytest
 from genenv_jax.domains import DOMAINS, Rejection, Task, get_domain
 from genenv_jax.domains import calc
 from genenv_jax.domains.calc import CalcDomain, LEVELS, NUM_LEVELS, REJECTION_REASONS
-from genenv_jax.tokenization import render_tool_call
+from genenv_jax.text.tokenization import render_tool_call
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from genenv_jax.chat_text import ChatText
+from genenv_jax.text.chat_text import ChatText
 from genenv_jax.core.config_checks import ConfigError
 from genenv_jax.domains.bfcl import BFCLDomain
 from genenv_jax.domains.bfcl_multiturn import BFCLMultiTurnDomain
@@ -22,7 +22,7 @@ from genenv_jax.dreamgym.environments import SyntheticEnvironments
 from genenv_jax.dreamgym.experience_model import Prediction
 from genenv_jax.episodes import END_DONE, EpisodeCaps, LocalEnvironments, run_episodes
 from genenv_jax.sampling import SampleOutput
-from genenv_jax.tokenization import parse_tool_calls, render_tool_calls
+from genenv_jax.text.tokenization import parse_tool_calls, render_tool_calls
 
 TASKS = ("multi_turn_base_0", "multi_turn_miss_func_0", "multi_turn_miss_param_0")
 CAPS = EpisodeCaps(max_turns=30, max_total_tokens=65536, max_new_tokens=1024, max_prompt_len=16384)

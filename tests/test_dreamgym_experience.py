@@ -5,7 +5,7 @@ few SFT steps lower the loss; then the model's greedy replies go through the pre
 import jax
 import pytest
 
-from genenv_jax.chat_text import ChatText
+from genenv_jax.text.chat_text import ChatText
 from genenv_jax.dreamgym import experience_model
 from genenv_jax.loop import experience_sft as training
 from genenv_jax.dreamgym.embedding import Embedder, transition_key_text

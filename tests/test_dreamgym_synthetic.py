@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from genenv_jax.chat_text import ChatText
+from genenv_jax.text.chat_text import ChatText
 from genenv_jax.domains.base import ChatPrompt, Task
 from genenv_jax.dreamgym import experience_model
 from genenv_jax.dreamgym.environments import Move, SyntheticEnvironments

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from genenv_jax import rl
-from genenv_jax.chat_text import ChatText
+from genenv_jax.text.chat_text import ChatText
 from genenv_jax.domains.base import ChatPrompt, Domain, Environment, ScoreResult, StepOutcome, Task, last_assistant_text
 from genenv_jax.episodes import (END_DONE, END_MAX_TOKENS, END_MAX_TURNS, END_TURN_TOKENS, EpisodeCaps,
                                  LocalEnvironments, WorkerEnvironments, run_episodes)

@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from genenv_jax import evaluation, tokenization
+from genenv_jax import evaluation
+from genenv_jax.text import tokenization
 from genenv_jax.domains.base import (ChatPrompt, Domain, Environment, ScoreResult, StepOutcome, Task,
                                      last_assistant_text)
 from genenv_jax.domains.bfcl import BFCLDomain

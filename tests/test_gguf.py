@@ -11,8 +11,8 @@ import pytest
 from safetensors.numpy import save_file
 
 from genenv_jax.models import forward, load_gguf, load_hf
-from genenv_jax.models.gguf_io import (GGUFTensorReader, export_hf_dir, gguf_model_config, gguf_tokenizer,
-                                       matches_bundled_vocabulary)
+from genenv_jax.models.gguf_io import GGUFTensorReader, export_hf_dir, gguf_model_config
+from genenv_jax.text.gguf_tokenizer import gguf_tokenizer, matches_bundled_vocabulary
 from genenv_jax.models.loading import load_model, model_config, source_tokenizer
 from tests.gguf_files import GLOBAL_TENSORS, LAYER_TENSORS, TinyShape, write_tiny_gguf
 

@@ -14,10 +14,10 @@ import time
 import pytest
 
 from genenv_jax.core import json_text as jt
-from genenv_jax import tokenization as tk
+from genenv_jax.text import tokenization as tk
 from genenv_jax.domains import Rejection, Task, get_domain
 from genenv_jax.domains import bfcl_checker, bfcl_schema
-from genenv_jax.tokenization import ToolCall, parse_tool_calls
+from genenv_jax.text.tokenization import ToolCall, parse_tool_calls
 
 SEED_ID = "simple_python_0"        # calculate_triangle_area(base: integer, height: integer, unit: string)
 ARRAY_SEED_ID = "simple_python_82"  # calculate_average(numbers: array of float)

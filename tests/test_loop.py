@@ -82,7 +82,7 @@ def test_non_finite_loss_stops_before_saving(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_loop_runs_from_hf_model_dirs(tmp_path):
     """The paper's setup: agent and simulator weights from (different) HF dirs, tokenizer from the agent's."""
-    from genenv_jax import tokenization
+    from genenv_jax.text import tokenization
     from genenv_jax.models import init_params, preset, save_hf
 
     cfg = preset("tiny")

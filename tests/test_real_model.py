@@ -28,7 +28,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def bfcl_prompts():
-    from genenv_jax.chat_text import ChatText
+    from genenv_jax.text.chat_text import ChatText
     from genenv_jax.domains import get_domain
 
     domain = get_domain("bfcl")

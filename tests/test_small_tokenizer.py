@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from genenv_jax import small_tokenizer, tokenization
-from genenv_jax.chat_text import ChatText
+from genenv_jax.text import small_tokenizer, tokenization
+from genenv_jax.text.chat_text import ChatText
 from genenv_jax.domains.base import ChatPrompt
 from genenv_jax.domains.calc import CalcDomain
 from genenv_jax.models.config import preset

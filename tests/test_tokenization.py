@@ -5,8 +5,8 @@ import json
 import pytest
 
 from genenv_jax.core import json_text as jt
-from genenv_jax import tokenization as tk
-from genenv_jax.tokenization import ToolCall, parse_tool_calls, render_tool_call, render_tool_calls
+from genenv_jax.text import tokenization as tk
+from genenv_jax.text.tokenization import ToolCall, parse_tool_calls, render_tool_call, render_tool_calls
 
 WEATHER_TOOL = {
     "type": "function",

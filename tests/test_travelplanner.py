@@ -15,7 +15,7 @@ from genenv_jax.domains.travelplanner.feasibility import search
 from genenv_jax.domains.travelplanner.metrics import evaluate_plan
 from genenv_jax.domains.travelplanner.summary import summarize
 from genenv_jax.domains.travelplanner.tools import Toolbox
-from genenv_jax.tokenization import render_tool_call
+from genenv_jax.text.tokenization import render_tool_call
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "travelplanner" / "domain"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "travelplanner"
@@ -314,8 +314,8 @@ def test_evaluation_cli_path_reports_the_six_rates(domain):
     """genenv_jax.evaluation.evaluate (the CLI's path) carries the plans' metric counts to `summary`: a
     stand-in model answers the fixture's training queries with their gold plans, except one it leaves blank
     (undelivered: its 8 commonsense checks and its one hard constraint, the budget, count as failed)."""
-    from genenv_jax import tokenization
-    from genenv_jax.chat_text import ChatText
+    from genenv_jax.text import tokenization
+    from genenv_jax.text.chat_text import ChatText
     from genenv_jax.evaluation import evaluate
 
     tokenizer = tokenization.load_tokenizer()

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TextIO
 
 from genenv_jax.data import model_download
-from genenv_jax.models.gguf_io import is_gguf_path
+from genenv_jax.text.gguf_tokenizer import is_gguf_path
 
 # What a hub snapshot fetches: the checkpoint, its index, config and tokenizer files; no
 # PyTorch .bin, no ONNX, no GGUF variants.

@@ -13,13 +13,12 @@ import dataclasses
 import json
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
+from genenv_jax.text.chat_text import ChatPrompt, Message
+
 SCHEMA_VERSION = 1
 
 # Requested difficulty of a generated variant relative to its seed.
 DIFFICULTY_DIRECTIONS = ("easier", "similar", "harder")
-
-Message = dict[str, Any]  # a chat message: {"role": ..., "content": ...}
-
 
 def _check_schema(cls_name: str, data: Mapping[str, Any]) -> None:
     version = data.get("schema_version")
@@ -118,17 +117,6 @@ class Rollout(_Record):
     def final_response(self) -> str:
         """Content of the last assistant message ('' if there is none)."""
         return last_assistant_text(self.transcript)
-
-
-@dataclasses.dataclass(frozen=True)
-class ChatPrompt:
-    """Chat messages plus the tool schemas the chat template lists in the system turn.
-
-    Turn it into token ids with `tokenization.encode_chat(tokenizer, p.messages, p.tools)`.
-    """
-
-    messages: list[Message]
-    tools: list[dict[str, Any]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,7 +27,7 @@ from genenv_jax.domains.bfcl_checker import check_calls
 from genenv_jax.domains.bfcl_data import CATEGORIES, IRRELEVANCE_CATEGORIES, SPLITS, SplitFractions
 from genenv_jax.domains.bfcl_schema import REJECTION_REASONS, TaskInvalid
 from genenv_jax.domains.bfcl_generation import as_generation, extract_json_object, seed_json, task_as_generation
-from genenv_jax.tokenization import parse_tool_calls, render_tool_calls
+from genenv_jax.text.tokenization import parse_tool_calls, render_tool_calls
 
 DOMAIN_NAME = "bfcl"
 # BFCL appends this to every Python function description in its prompts (bfcl_eval.utils).

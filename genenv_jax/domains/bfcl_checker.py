@@ -20,7 +20,7 @@ import types
 from typing import Any, Mapping, Sequence
 
 from genenv_jax.core.json_text import MAX_JSON_DEPTH, json_nesting_depth
-from genenv_jax.tokenization import ToolCall
+from genenv_jax.text.tokenization import ToolCall
 
 _CHECKER_MODULE = "bfcl_eval.eval_checker.ast_eval.ast_checker"
 _MODEL_CONFIG_MODULE = "bfcl_eval.constants.model_config"

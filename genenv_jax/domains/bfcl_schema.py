@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from genenv_jax.domains.bfcl_checker import check_calls, official_checker_module
-from genenv_jax.tokenization import ToolCall
+from genenv_jax.text.tokenization import ToolCall
 
 VALIDATION_LEVELS = ("strict", "lenient")
 

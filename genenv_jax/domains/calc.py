@@ -37,7 +37,7 @@ from genenv_jax.domains.calc_expressions import (FUNCTIONS, LEVELS, MAX_GENERATI
                                                  OPERATOR_FUNCTION, REJECTION_REASONS, Level, TaskInvalid, evaluate,
                                                  expected_call, level_of, measure, parse_expression,
                                                  render_expression, walk)
-from genenv_jax.tokenization import parse_tool_calls, render_tool_call
+from genenv_jax.text.tokenization import parse_tool_calls, render_tool_call
 
 DOMAIN_NAME = "calc"
 PROMPT_STYLES = ("tools", "compact")

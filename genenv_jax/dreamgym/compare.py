@@ -87,7 +87,7 @@ def prepare_tokenizer(workdir: Path, config: ConfigDict) -> Path:
     from genenv_jax.dreamgym.domains import OfflineSettings, domain_support, run_rng_key
     from genenv_jax.dreamgym.experience_model import PromptSettings
     from genenv_jax.dreamgym.fit_experience import tokenizer_texts
-    from genenv_jax.small_tokenizer import domain_training_texts, small_tokenizer_once
+    from genenv_jax.text.small_tokenizer import domain_training_texts, small_tokenizer_once
 
     def texts():
         domain = get_domain("alfworld", **config.domain.options)

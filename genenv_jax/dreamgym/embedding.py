@@ -42,7 +42,7 @@ def transition_key_text(t: Transition) -> str:
 
 
 class TextEncoder(Protocol):
-    """What the embedder needs of a tokenizer (`genenv_jax.chat_text.ChatText` fits)."""
+    """What the embedder needs of a tokenizer (`genenv_jax.text.chat_text.ChatText` fits)."""
 
     pad_id: int
 

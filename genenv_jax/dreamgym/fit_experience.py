@@ -110,8 +110,8 @@ def collect_split(domain, split: str, s: FitSettings):
 def tokenizer_texts(transitions, settings) -> list[str]:
     """Every train prompt (without demos) and reply rendered in the chat format, plus the raw states."""
     from genenv_jax.dreamgym import experience_model
-    from genenv_jax.small_tokenizer import _TemplateOnly
-    from genenv_jax.tokenization import IM_END, render_chat
+    from genenv_jax.text.small_tokenizer import _TemplateOnly
+    from genenv_jax.text.tokenization import IM_END, render_chat
 
     template = _TemplateOnly()
     texts = []
@@ -126,7 +126,7 @@ def run(s: FitSettings, workdir: Path) -> dict:
     import jax
     import numpy as np
 
-    from genenv_jax.chat_text import ChatText
+    from genenv_jax.text.chat_text import ChatText
     from genenv_jax.dreamgym import experience_model
     from genenv_jax.dreamgym.domains import domain_support
     from genenv_jax.loop import experience_sft as training
@@ -137,7 +137,7 @@ def run(s: FitSettings, workdir: Path) -> dict:
     from genenv_jax.workdir.pools import Pool
     from genenv_jax.rl import OptimizerConfig, RWRConfig, make_optimizer, make_rwr_step
     from genenv_jax.sampling import Sampler
-    from genenv_jax.small_tokenizer import small_tokenizer_once
+    from genenv_jax.text.small_tokenizer import small_tokenizer_once
 
     t0 = time.time()
     domain = make_domain(s, workdir)

@@ -9,7 +9,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from genenv_jax.chat_text import ChatText
+from genenv_jax.text.chat_text import ChatText
 from genenv_jax.dreamgym import experience_model
 from genenv_jax.dreamgym.embedding import Embedder, key_text
 from genenv_jax.dreamgym.experience_model import Prediction, PromptSettings

@@ -16,8 +16,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from genenv_jax import tokenization
-from genenv_jax.chat_text import ChatText
+from genenv_jax.text import tokenization
+from genenv_jax.text.chat_text import ChatText
 from genenv_jax.domains.base import Message, ScoreResult, StepOutcome, Task, last_assistant_text
 from genenv_jax.episodes.environments import EnvFailure
 from genenv_jax.sampling import FINISH_STOP, SampleOutput

@@ -30,7 +30,7 @@ from genenv_jax.workdir.checkpoints import Checkpointer
 from genenv_jax.domains import DOMAINS, get_domain
 from genenv_jax.episodes import open_environments
 from genenv_jax.loop import learning, records, shared_pools
-from genenv_jax.chat_text import ChatText
+from genenv_jax.text.chat_text import ChatText
 from genenv_jax.loop.context import LoopContext, training_seeds
 from genenv_jax.loop.experience import ExperienceWorld, default_cache_dir
 from genenv_jax.loop.heldout import HeldOut

@@ -9,7 +9,7 @@ import json
 import numpy as np
 from tqdm.auto import tqdm
 
-from genenv_jax.chat_text import ChatText
+from genenv_jax.text.chat_text import ChatText
 from genenv_jax.domains.base import Domain, Task
 from genenv_jax.parallel import is_writer
 from genenv_jax.run_config import RunConfig

@@ -8,7 +8,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from genenv_jax.chat_text import ChatText
+from genenv_jax.text.chat_text import ChatText
 from genenv_jax.dreamgym import experience_model
 from genenv_jax.dreamgym.experience_model import PromptSettings
 from genenv_jax.dreamgym.predictor import Predictor, Query, Retrieval

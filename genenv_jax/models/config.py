@@ -232,7 +232,7 @@ PRESETS: dict[str, ModelConfig] = {
                          num_heads=4, num_kv_heads=2, head_dim=8, rope_theta=10000.0,
                          bos_token_id=1, eos_token_id=2),
     # The miniature study's agent/simulator (issue #13): ~3.3M params over the 512-piece study
-    # tokenizer (`genenv_jax/small_tokenizer.py`: <|endoftext|> = 1, <|im_end|> = 3).
+    # tokenizer (`genenv_jax/text/small_tokenizer.py`: <|endoftext|> = 1, <|im_end|> = 3).
     "study-3m": ModelConfig(vocab_size=512, hidden_size=256, intermediate_size=768, num_layers=4,
                             num_heads=4, num_kv_heads=2, head_dim=64, rope_theta=10000.0,
                             tie_word_embeddings=True, max_position_embeddings=4096,

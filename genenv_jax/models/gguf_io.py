@@ -1,4 +1,5 @@
-"""GGUF files (llama.cpp's format, quantised or not) -> our params, config and tokenizer.
+"""GGUF files (llama.cpp's format, quantised or not) -> our params and config (the file's tokenizer:
+`text.gguf_tokenizer`).
 
 A GGUF file holds the model's metadata, its tokenizer and its tensors, most of them quantised in
 blocks (Q4_K, Q5_0, Q6_K, Q8_0, ...). `GGUFTensorReader` presents those tensors under their HF
@@ -19,7 +20,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import ml_dtypes
@@ -28,12 +29,8 @@ import numpy as np
 from genenv_jax.models.config import ModelConfig, dtype_name
 from genenv_jax.models.hf_io import load_tensors
 from genenv_jax.models.params import Params
-from genenv_jax.tokenization import load_tokenizer, qwen25_chat_template
+from genenv_jax.text.gguf_tokenizer import gguf_tokenizer, open_gguf
 
-if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
-
-GGUF_SUFFIX = ".gguf"
 SUPPORTED_ARCHITECTURES = ("qwen2",)
 
 # GGUF tensor name -> HF name ("{i}": the layer index).
@@ -52,11 +49,6 @@ _LAYER_NAMES = {
     "attn_norm.weight": "input_layernorm.weight", "ffn_norm.weight": "post_attention_layernorm.weight",
 }
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(.+)")
-
-
-def is_gguf_path(path: str | os.PathLike) -> bool:
-    """Whether a model source names a GGUF file (by its suffix)."""
-    return os.fspath(path).lower().endswith(GGUF_SUFFIX)
 
 
 def hf_name(gguf_name: str) -> str | None:
@@ -88,17 +80,7 @@ class GGUFTensorReader:
     def __init__(self, path: str | os.PathLike):
         self.path = os.fspath(path)
         self.model_dir = self.path  # named in every error, as SafetensorsReader names its directory
-        if not os.path.isfile(self.path):
-            raise FileNotFoundError(f"{self.path}: no such GGUF file")
-        try:
-            from gguf import GGUFReader
-        except ImportError:
-            raise ImportError(f"{self.path}: reading GGUF files needs the `gguf` package (pip install gguf)") from None
-        try:
-            self._reader = GGUFReader(self.path, "r")
-        except Exception as err:  # noqa: BLE001 - the gguf package raises ValueError, struct.error, IndexError, ...
-            raise ValueError(f"{self.path}: cannot read GGUF file (truncated or not GGUF): "
-                             f"{type(err).__name__}: {err}") from None
+        self._reader = open_gguf(self.path)
         self.architecture = str(self.field("general.architecture", ""))
         if self.architecture not in SUPPORTED_ARCHITECTURES:
             raise ValueError(f"{self.path}: GGUF architecture {self.architecture!r} is not supported "
@@ -199,64 +181,6 @@ def load_gguf(path: str | os.PathLike, mesh: jax.sharding.Mesh | None = None, dt
     config_overrides.setdefault("dtype", dtype)
     cfg = gguf_model_config(reader, **config_overrides)
     return cfg, load_tensors(cfg, reader, mesh, rules)
-
-
-# ----------------------------------------------------------------------------------------------
-# Tokenizer
-# ----------------------------------------------------------------------------------------------
-def _bundled_vocabulary() -> tuple[list[str], list[str]]:
-    """(id -> token, merges as 'a b') of the bundled Qwen2.5 tokenizer."""
-    tok = load_tokenizer()
-    backend = json.loads(tok.backend_tokenizer.to_str())
-    merges = [m if isinstance(m, str) else " ".join(m) for m in backend["model"]["merges"]]
-    return tok.convert_ids_to_tokens(list(range(len(tok)))), merges
-
-
-def matches_bundled_vocabulary(reader: GGUFTensorReader) -> bool:
-    """Whether the file's tokenizer is Qwen2.5's BPE: the same tokens at the same ids, the same
-    merges, and past Qwen2.5's 151,665 tokens only unused padding entries (a padded embedding)."""
-    from gguf import TokenType
-
-    if reader.field("tokenizer.ggml.model") != "gpt2":
-        return False
-    tokens, merges = reader.field("tokenizer.ggml.tokens") or [], reader.field("tokenizer.ggml.merges") or []
-    bundled_tokens, bundled_merges = _bundled_vocabulary()
-    n = len(bundled_tokens)
-    if len(tokens) < n or tokens[:n] != bundled_tokens or merges != bundled_merges:
-        return False
-    types = reader.field("tokenizer.ggml.token_type") or []
-    return all(t in (TokenType.UNUSED, TokenType.CONTROL) and tokens[n + i].startswith("[PAD")
-               for i, t in enumerate(types[n:]))
-
-
-def gguf_tokenizer(path: "str | os.PathLike | GGUFTensorReader") -> "PreTrainedTokenizerBase":
-    """The tokenizer a GGUF file carries, with its chat template.
-
-    Where the file's vocabulary is exactly Qwen2.5's (checked token by token and merge by merge),
-    this is the bundled Qwen2.5 tokenizer with the file's chat template; otherwise transformers
-    builds one from the file's own tokens and merges.
-    """
-    reader = path if isinstance(path, GGUFTensorReader) else GGUFTensorReader(path)
-    template = reader.field("tokenizer.chat_template") or qwen25_chat_template()
-    if matches_bundled_vocabulary(reader):
-        tok = load_tokenizer()
-        if tok.chat_template == template:
-            return tok
-        import copy
-
-        tok = copy.deepcopy(tok)
-        tok.chat_template = template
-        return tok
-    from transformers import AutoTokenizer
-
-    p = Path(reader.path).resolve()
-    try:
-        tok = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name, local_files_only=True)
-    except Exception as err:  # noqa: BLE001 - transformers' GGUF converter raises many kinds
-        raise ValueError(f"{reader.path}: cannot build a tokenizer from the file ({type(err).__name__}: {err})") from None
-    if not getattr(tok, "chat_template", None):
-        tok.chat_template = template
-    return tok
 
 
 # ----------------------------------------------------------------------------------------------

@@ -9,9 +9,10 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from genenv_jax.models.config import ModelConfig
-from genenv_jax.models.gguf_io import gguf_model_config, gguf_tokenizer, is_gguf_path, load_gguf
+from genenv_jax.models.gguf_io import gguf_model_config, load_gguf
 from genenv_jax.models.hf_io import load_hf
-from genenv_jax.tokenization import has_tokenizer_files, load_tokenizer
+from genenv_jax.text.gguf_tokenizer import gguf_tokenizer, is_gguf_path
+from genenv_jax.text.tokenization import has_tokenizer_files, load_tokenizer
 
 if TYPE_CHECKING:
     import jax

@@ -92,7 +92,7 @@ def run_config(study: ConfigDict, run: StudyRun, study_dir: Path) -> ConfigDict:
 
 def prepare_tokenizer(study: ConfigDict, domain, study_dir: Path) -> Path:
     """The study tokenizer, trained once on the domain's train seeds (atomic: a temp dir renamed)."""
-    from genenv_jax.small_tokenizer import domain_training_texts, small_tokenizer_once
+    from genenv_jax.text.small_tokenizer import domain_training_texts, small_tokenizer_once
 
     return small_tokenizer_once(lambda: domain_training_texts(domain), study_dir / "tokenizer",
                                 vocab_size=study.tokenizer_vocab_size)

@@ -12,7 +12,7 @@ Every value is a string; text between matches is skipped silently; a repeated ke
 value. No call found -> no call (the item counts as wrong).
 
 Structured (`parse_structured`): the project's `<tool_call>{"name", "arguments"}</tool_call>`
-blocks (`genenv_jax.tokenization`); argument values keep their JSON types.
+blocks (`genenv_jax.text.tokenization`); argument values keep their JSON types.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import json
 import re
 from typing import Any, Mapping
 
-from genenv_jax.tokenization import parse_tool_calls, render_tool_call
+from genenv_jax.text.tokenization import parse_tool_calls, render_tool_call
 
 CALL_FORMATS = ("official", "structured")
 

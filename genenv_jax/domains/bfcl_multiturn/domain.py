@@ -22,7 +22,7 @@ from genenv_jax.domains.bfcl_multiturn import data, schema
 from genenv_jax.domains.bfcl_multiturn.episode import MultiTurnEnvironment, hinted, score_turns
 from genenv_jax.domains.bfcl_multiturn.scenario import Scenario
 from genenv_jax.domains.bfcl_schema import TaskInvalid as JSONTaskInvalid
-from genenv_jax.tokenization import parse_tool_calls, render_tool_calls
+from genenv_jax.text.tokenization import parse_tool_calls, render_tool_calls
 
 DOMAIN_NAME = "bfcl_multiturn"
 

@@ -23,7 +23,7 @@ from genenv_jax.domains.base import ChatPrompt, Environment, Message, ScoreResul
 from genenv_jax.domains.bfcl_multiturn.checker import Call, check_episode
 from genenv_jax.domains.bfcl_multiturn.dispatch import CallOutcome
 from genenv_jax.domains.bfcl_multiturn.scenario import Scenario
-from genenv_jax.tokenization import ParseResult, ToolCallError, parse_tool_calls
+from genenv_jax.text.tokenization import ParseResult, ToolCallError, parse_tool_calls
 
 # BFCL appends this to every Python function description in its prompts (bfcl_eval.utils); the
 # docs revealed at a miss_func turn go out without it, as in BFCL.

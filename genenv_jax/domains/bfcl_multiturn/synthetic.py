@@ -21,7 +21,7 @@ from genenv_jax.domains.bfcl_multiturn.experience_text import (END_TURN, action_
                                                                user_state)
 from genenv_jax.domains.bfcl_multiturn.scenario import Scenario
 from genenv_jax.dreamgym.environments import Move
-from genenv_jax.tokenization import parse_tool_calls
+from genenv_jax.text.tokenization import parse_tool_calls
 
 
 @dataclasses.dataclass

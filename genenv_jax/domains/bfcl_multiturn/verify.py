@@ -31,7 +31,7 @@ from genenv_jax.domains.base import Message, Task
 from genenv_jax.domains.bfcl_multiturn import data
 from genenv_jax.domains.bfcl_multiturn.dispatch import _plain_json_problem
 from genenv_jax.domains.bfcl_multiturn.domain import DONE_TEXT, BFCLMultiTurnDomain
-from genenv_jax.tokenization import render_tool_calls
+from genenv_jax.text.tokenization import render_tool_calls
 
 Turns = list[list[dict[str, Any]]]  # per user turn: the calls the agent makes (in one step)
 PERTURBATIONS = ("wrong_value", "dropped_call", "extra_call", "unknown_call")

@@ -31,7 +31,7 @@ from genenv_jax.domains.travelplanner.queries import LEVELS
 from genenv_jax.domains.travelplanner.simulator_prompt import simulator_messages
 from genenv_jax.domains.travelplanner.summary import summarize
 from genenv_jax.domains.travelplanner.tools import FlightsView, FlightTable, reference_information, route_legs
-from genenv_jax.tokenization import render_tool_calls
+from genenv_jax.text.tokenization import render_tool_calls
 
 DOMAIN_NAME = "travelplanner"
 MODES = ("sole_planning", "two_stage")

@@ -19,7 +19,7 @@ from genenv_jax.domains.travelplanner.hard import HARD_CHECKS
 from genenv_jax.domains.travelplanner.metrics import PlanVerdict, evaluate_plan
 from genenv_jax.domains.travelplanner.prompts import read_plan, two_stage_prompt
 from genenv_jax.domains.travelplanner.tools import FlightTable, Toolbox
-from genenv_jax.tokenization import parse_tool_calls
+from genenv_jax.text.tokenization import parse_tool_calls
 
 REWARDS = ("final_pass", "constraint_fraction")
 DEFAULT_MAX_STEPS = 30  # the official two-stage agent's step cap

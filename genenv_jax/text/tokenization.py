@@ -10,7 +10,7 @@ the Qwen3 revision of the vocabulary: the same byte-level BPE and the same speci
 Qwen2.5 plus four extra added tokens (`<tool_response>`, `</tool_response>`, `<think>`,
 `</think>`, ids 151665-151668) and the Qwen3 chat template. `load_tokenizer()` drops those four
 tokens and installs Qwen2.5-Instruct's chat template (shipped as package data in
-`genenv_jax/chat_templates/qwen2_5_instruct.jinja`), which gives exactly Qwen2.5-Instruct's
+`genenv_jax/text/chat_templates/qwen2_5_instruct.jinja`), which gives exactly Qwen2.5-Instruct's
 tokenizer.
 """
 
@@ -50,7 +50,7 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 # ----------------------------------------------------------------------------------------------
 def qwen25_chat_template() -> str:
     """Qwen2.5-Instruct's chat template (with tool support), shipped as package data."""
-    path = importlib.resources.files("genenv_jax").joinpath("chat_templates/qwen2_5_instruct.jinja")
+    path = importlib.resources.files("genenv_jax.text").joinpath("chat_templates/qwen2_5_instruct.jinja")
     return path.read_text(encoding="utf-8")
 
 

@@ -1,18 +1,32 @@
-"""The tokenizer as the loop and the evaluator use it: chat prompts and observations -> ids,
-ids -> text, and the special ids that end or close a turn."""
+"""Chat prompts (messages plus tool schemas) and the tokenizer as the loop and the evaluator use it:
+chat prompts and observations -> ids, ids -> text, and the special ids that end or close a turn."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import Any, Sequence
 
-from genenv_jax import tokenization
-from genenv_jax.domains.base import ChatPrompt, Message
-from genenv_jax.models.gguf_io import gguf_tokenizer, is_gguf_path
+from genenv_jax.text import tokenization
+from genenv_jax.text.gguf_tokenizer import gguf_tokenizer, is_gguf_path
+
+Message = dict[str, Any]  # a chat message: {"role": ..., "content": ...}
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatPrompt:
+    """Chat messages plus the tool schemas the chat template lists in the system turn.
+
+    Turn it into token ids with `tokenization.encode_chat(tokenizer, p.messages, p.tools)`.
+    """
+
+    messages: list[Message]
+    tools: list[dict[str, Any]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class ChatText:
+    """The loop's tokenizer facade: a tokenizer plus the ids that pad, stop and close a turn."""
+
     tokenizer: object
     pad_id: int
     stop_ids: tuple[int, ...]

@@ -24,7 +24,7 @@ import shutil
 from pathlib import Path
 from typing import Callable, Iterable
 
-from genenv_jax.tokenization import ENDOFTEXT, IM_END, IM_START, TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from genenv_jax.text.tokenization import ENDOFTEXT, IM_END, IM_START, TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 
 UNK = "<unk>"
 # Ids 1..5 in this order (id 0 is <unk>); special tokens are skipped by decode(skip_special_tokens).
@@ -95,7 +95,7 @@ def train_small_tokenizer(texts: Iterable[str], out_dir: str | os.PathLike, voca
                                            for i in range(processor.get_piece_size())), encoding="utf-8")
     tokenizer = _hf_tokenizer(vocab, model_type)
     tokenizer.save_pretrained(out)
-    from genenv_jax.tokenization import load_tokenizer
+    from genenv_jax.text.tokenization import load_tokenizer
 
     return load_tokenizer(out)
 
@@ -104,7 +104,7 @@ def _hf_tokenizer(vocab: dict[str, int], model_type: str):
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
     from transformers import PreTrainedTokenizerFast
 
-    from genenv_jax.tokenization import qwen25_chat_template
+    from genenv_jax.text.tokenization import qwen25_chat_template
 
     if model_type != "bpe":
         raise ValueError(f"model_type {model_type!r}: only 'bpe' converts to a tokenizers model here")
@@ -123,7 +123,7 @@ def domain_training_texts(domain, tokenizer_for_chat=None, splits=("train",)) ->
     in the chat format with its reference reply, plus the question, reference answer and reference
     generation alone. Rendering uses `tokenizer_for_chat`'s chat template (default: Qwen2.5-Instruct's
     template rendered directly, no tokenizer needed)."""
-    from genenv_jax.tokenization import render_chat
+    from genenv_jax.text.tokenization import render_chat
 
     tasks = [t for split in splits for t in domain.seeds(split)]
     raw = []
@@ -147,7 +147,7 @@ class _TemplateOnly:
     the way transformers does it."""
 
     def __init__(self):
-        from genenv_jax.tokenization import qwen25_chat_template
+        from genenv_jax.text.tokenization import qwen25_chat_template
 
         self.chat_template = qwen25_chat_template()
 
@@ -161,7 +161,7 @@ class _TemplateOnly:
 
 def tokenizer_summary(out_dir: str | os.PathLike) -> dict:
     """Piece count and special ids of a saved study tokenizer (for run metadata)."""
-    from genenv_jax import tokenization
+    from genenv_jax.text import tokenization
 
     tok = tokenization.load_tokenizer(out_dir)
     return {"vocab_size": len(tok), "pad_id": tokenization.pad_id(tok), "stop_ids": list(tokenization.stop_ids(tok)),
