@@ -23,7 +23,7 @@ The programs are the ones the project runs: `rl.make_grpo_step` / `rl.make_rwr_s
 benchmarks/train_step.py (`build_step`, with a batch of `random_batch`'s keys and shapes), and the
 programs of one `Sampler` call (`sampling/programs.py`: the refill that prefills prompts into slots,
 and a decode segment at the largest cache window), compiled for abstract params and cache state.
-The compile-only measurement is `genenv_jax/memory_plan.py`, which `python -m genenv_jax.plan`
+The compile-only measurement is `genenv_jax/tools/memory_plan.py`, which `python -m genenv_jax.tools.tpu_memory`
 (per-slice sizing of a run config, docs/plan.md) uses too.
 
 Examples (CPU, 8 host devices; each 7B program compiles in well under a minute):
@@ -42,7 +42,7 @@ import shlex
 import sys
 import time
 
-from genenv_jax.memory_plan import ProgramMemory, compile_step, sampler_programs, set_host_device_count
+from genenv_jax.tools.memory_plan import ProgramMemory, compile_step, sampler_programs, set_host_device_count
 
 
 def _list(text: str) -> list[str]:

@@ -143,15 +143,6 @@ def per_category_accuracy(items: Sequence[EvalItem]) -> dict[str, dict[str, floa
     return table
 
 
-def default_summary(per_category: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
-    """Unweighted mean of category accuracies and item-weighted (micro) accuracy."""
-    if not per_category:
-        return {}
-    n = sum(r["n"] for r in per_category.values())
-    return {"overall": float(np.mean([r["accuracy"] for r in per_category.values()])),
-            "overall_micro": sum(r["correct"] for r in per_category.values()) / n}
-
-
 def _decode_in_batches(generate_fn: GenerateFn, prompts: Mapping[int, list[int]], max_new_tokens: int,
                        batch_size: int) -> dict[int, list[int]]:
     """Runs generate_fn over prompts in batches of similar length; returns ids per prompt key."""
@@ -219,8 +210,7 @@ def evaluate(domain: Domain, tasks: Sequence[Task], generate_fn: GenerateFn, tok
         items.append(EvalItem(task.task_id, task.category, ep.reward, ep.final_text, ep.details.get("error_type"),
                               len(ep.prompt), generated, metric_details(ep.details)))
     table = per_category_accuracy(items)
-    summarize = getattr(domain, "summary", None)
-    summary = summarize(table) if callable(summarize) else default_summary(table)
+    summary = domain.summary(table)
     return EvalReport(domain=domain.name, per_category=table, summary=summary, items=items,
                       config=dict(config or {}, max_new_tokens=max_new_tokens, batch_size=batch_size,
                                   max_prompt_tokens=max_prompt_tokens, max_turns=max_turns,
@@ -276,7 +266,7 @@ def load_run_agent(run_dir: str | os.PathLike, epoch: int | None = None) -> tupl
     from genenv_jax.models import param_shapes
     from genenv_jax.models.partitioning import param_shardings
     from genenv_jax.parallel import MeshConfig, abstract_like, make_mesh
-    from genenv_jax.run_config import saved_policy_settings
+    from genenv_jax.configs.run_config import saved_policy_settings
 
     ckpt = Checkpointer(storage.as_path(run_dir) / "checkpoints", async_save=False)
     try:

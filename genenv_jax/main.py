@@ -9,64 +9,19 @@ the cause and exit status 2.
 
 from __future__ import annotations
 
-import sys
-from typing import Sequence
-
 from absl import app, flags, logging
-from ml_collections import config_flags
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file or packaged config name, e.g. "
-                                          "configs/bfcl.py:tiny or bfcl:tiny.", lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, pools, metrics, plots): a local "
-                               "path or gs://BUCKET/PATH; default runs/<domain>-<preset>.")
+from genenv_jax import cli
+from genenv_jax.cli import die, one_line
+
+_CONFIG = cli.config_flag()
+_WORKDIR = cli.workdir_flag("Run directory (checkpoints, pools, metrics, plots): a local path or gs://BUCKET/PATH; "
+                            "default runs/<domain>-<preset>.")
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None,
                                    "Multi-process runs where JAX cannot detect the cluster: process 0's host:port "
                                    "(with --num_processes and --process_id). TPU pods and SLURM need none of these.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "With --coordinator_address: how many processes.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "With --coordinator_address: this process's index.")
-
-
-def resolve_config_argument(argv: Sequence[str]) -> list[str]:
-    """Rewrites `--config=NAME[:preset]` to the packaged config's file when NAME is not a file path."""
-    from genenv_jax.configs import config_path
-
-    out = []
-    for arg in argv:
-        if arg.startswith("--config="):
-            value = arg[len("--config="):]
-            name, sep, preset = value.partition(":")
-            path = config_path(name)
-            if path is not None and not name.endswith(".py"):
-                arg = f"--config={path}{sep}{preset}"
-        out.append(arg)
-    return out
-
-
-def command_line_parser(program: str = "genenv_jax"):
-    """An absl flags parser for `program` that turns config errors (unknown key, bad file, bad
-    value) into one line `<program>: error: ...` and exit status 2."""
-    def parse(argv: list[str]) -> list[str]:
-        try:
-            return flags.FLAGS(resolve_config_argument(argv))
-        except flags.Error as e:
-            die(f"bad command line: {one_line(e)}", program)
-        except (AttributeError, KeyError) as e:  # ml_collections: an override names a key the config lacks
-            key = str(e).strip("\"'")
-            die(f"unknown config key {key!r} in an override (run with --config=... only to see the valid keys "
-                "in the config file)", program)
-        except (FileNotFoundError, ImportError, ValueError, TypeError) as e:
-            die(f"cannot load the config: {one_line(e)}", program)
-    return parse
-
-
-def one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return (text[-1] if text else type(e).__name__).strip()
-
-
-def die(message: str, program: str = "genenv_jax") -> None:
-    print(f"{program}: error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 def main(argv):
@@ -80,7 +35,7 @@ def main(argv):
     from genenv_jax.loop import CoEvolution, NonFiniteLossError
     from genenv_jax.workdir.metrics import summary_table
     from genenv_jax.parallel import initialize_distributed
-    from genenv_jax.run_config import ConfigError, RunConfig
+    from genenv_jax.configs.run_config import ConfigError, RunConfig
     from genenv_jax.workdir.lock import WorkdirLockedError
 
     initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
@@ -110,4 +65,4 @@ def main(argv):
 
 if __name__ == "__main__":
     flags.mark_flag_as_required("config")
-    app.run(main, flags_parser=command_line_parser())
+    app.run(main, flags_parser=cli.command_line_parser())

@@ -1,7 +1,7 @@
 """The toy-domain run config the loop tests share (tiny random models, 2 rollouts, 2 epochs)."""
 
 from genenv_jax.configs import base
-from genenv_jax.run_config import RunConfig
+from genenv_jax.configs.run_config import RunConfig
 
 
 def toy_config_dict(**overrides):

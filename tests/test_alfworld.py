@@ -36,7 +36,7 @@ from genenv_jax.domains.alfworld.pddl_facts import spec_from_game  # noqa: E402
 from genenv_jax.domains.alfworld.sampling import sample_spec  # noqa: E402
 from genenv_jax.domains.alfworld.scenes import load_scene, mangle  # noqa: E402
 from genenv_jax.domains.base import Rejection, Task  # noqa: E402
-from genenv_jax.domains.bfcl_generation import extract_json_object  # noqa: E402
+from genenv_jax.domains.generation import extract_json_object  # noqa: E402
 from genenv_jax.episodes.environments import LocalEnvironments, WorkerEnvironments  # noqa: E402
 
 GAMES = {"train": 6, "validation": 6, "test": 6}  # task types cycle by index: each split has all six

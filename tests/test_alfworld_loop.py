@@ -10,7 +10,7 @@ pytest.importorskip("fast_downward", reason="needs the optional ALFWorld extra: 
 
 from genenv_jax.configs import alfworld as config_module  # noqa: E402
 from genenv_jax.loop import CoEvolution  # noqa: E402
-from genenv_jax.run_config import RunConfig  # noqa: E402
+from genenv_jax.configs.run_config import RunConfig  # noqa: E402
 
 TYPES = ("pick_and_place_simple", "look_at_obj_in_light")
 

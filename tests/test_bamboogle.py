@@ -507,7 +507,7 @@ def test_evaluation_reports_em_cover_em_and_f1_and_the_scores_cli_rescores_items
 # ---------------------------------------------------------------- configs and the loop, end to end (slow)
 def test_configs_validate_and_the_tiny_preset_reads_the_fixture():
     from genenv_jax.configs import bamboogle as config_module
-    from genenv_jax.run_config import RunConfig
+    from genenv_jax.configs.run_config import RunConfig
 
     tiny = config_module.get_config("tiny")
     assert tiny.domain.options.data_dir == str(FIXTURES)

@@ -13,12 +13,12 @@ import pytest
 
 from genenv_jax.configs import bfcl_multiturn as config_module
 from genenv_jax.domains import Rejection, Task, get_domain
-from genenv_jax.domains import bfcl_data
+from genenv_jax.domains.bfcl import data as bfcl_data
 from genenv_jax.domains.bfcl_multiturn import BFCLMultiTurnDomain, data, schema, verify
 from genenv_jax.domains.bfcl_multiturn.dispatch import COST_LIMITS
 from genenv_jax.domains.bfcl_multiturn.domain import DONE_TEXT
 from genenv_jax.domains.bfcl_multiturn.scenario import Scenario
-from genenv_jax.run_config import RunConfig
+from genenv_jax.configs.run_config import RunConfig
 from genenv_jax.text.tokenization import render_tool_call, render_tool_calls
 
 SPLIT_DIGEST = "5f0f1cbf223134e30e4d8e7be6994f9115bb639174ab39ed84ed92f505380aba"

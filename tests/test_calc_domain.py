@@ -9,8 +9,8 @@ import time
 import pytest
 
 from genenv_jax.domains import DOMAINS, Rejection, Task, get_domain
-from genenv_jax.domains import calc
-from genenv_jax.domains.calc import CalcDomain, LEVELS, NUM_LEVELS, REJECTION_REASONS
+from genenv_jax.domains.calc import domain as calc
+from genenv_jax.domains.calc.domain import CalcDomain, LEVELS, NUM_LEVELS, REJECTION_REASONS
 from genenv_jax.text.tokenization import render_tool_call
 
 

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from genenv_jax import curriculum as cur
+from genenv_jax.rl import curriculum as cur
 from genenv_jax.rl import rwr_weight
 
 

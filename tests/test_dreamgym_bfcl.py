@@ -11,7 +11,7 @@ import pytest
 
 from genenv_jax.text.chat_text import ChatText
 from genenv_jax.core.config_checks import ConfigError
-from genenv_jax.domains.bfcl import BFCLDomain
+from genenv_jax.domains.bfcl.domain import BFCLDomain
 from genenv_jax.domains.bfcl_multiturn import BFCLMultiTurnDomain
 from genenv_jax.domains.bfcl_multiturn import transitions as tr
 from genenv_jax.domains.bfcl_multiturn.checker import check_episode
@@ -19,7 +19,7 @@ from genenv_jax.domains.bfcl_multiturn.experience_text import END_TURN, ENVIRONM
 from genenv_jax.domains.bfcl_multiturn.scenario import Scenario
 from genenv_jax.dreamgym.domains import domain_support
 from genenv_jax.dreamgym.environments import SyntheticEnvironments
-from genenv_jax.dreamgym.experience_model import Prediction
+from genenv_jax.dreamgym.experience_text import Prediction
 from genenv_jax.episodes import END_DONE, EpisodeCaps, LocalEnvironments, run_episodes
 from genenv_jax.sampling import SampleOutput
 from genenv_jax.text.tokenization import parse_tool_calls, render_tool_calls
@@ -203,7 +203,7 @@ def test_the_dreamgym_preset_validates_and_its_offline_data_has_both_outcomes():
     from genenv_jax.configs import bfcl_multiturn as config_module
     from genenv_jax.domains import get_domain
     from genenv_jax.dreamgym.domains import OfflineSettings, run_rng_key
-    from genenv_jax.run_config import RunConfig
+    from genenv_jax.configs.run_config import RunConfig
 
     config = RunConfig.from_config_dict(config_module.get_config("dreamgym"))
     assert config.mode == "dreamgym" and config.dreamgym.synthetic_epochs == 1

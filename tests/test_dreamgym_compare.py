@@ -4,9 +4,9 @@ arms' metrics as the loop writes them."""
 
 import json
 
-from genenv_jax.dreamgym import compare
+from genenv_jax.tools import dreamgym_compare as compare
 from genenv_jax.loop.persistence import config_changes
-from genenv_jax.run_config import RunConfig
+from genenv_jax.configs.run_config import RunConfig
 
 
 def test_arms_are_valid_configs_that_differ_only_in_dreamgym_keys(tmp_path):

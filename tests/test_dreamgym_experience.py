@@ -6,13 +6,13 @@ import jax
 import pytest
 
 from genenv_jax.text.chat_text import ChatText
-from genenv_jax.dreamgym import experience_model
-from genenv_jax.loop import experience_sft as training
+from genenv_jax.dreamgym import experience_text as experience_model
+from genenv_jax.dreamgym import sft as training
 from genenv_jax.dreamgym.embedding import Embedder, transition_key_text
-from genenv_jax.dreamgym.experience_model import PromptSettings
+from genenv_jax.dreamgym.experience_text import PromptSettings
 from genenv_jax.dreamgym.predictor import Predictor, Query, Retrieval
 from genenv_jax.dreamgym.replay import ReplayBuffer
-from genenv_jax.dreamgym.transitions import Transition
+from genenv_jax.domains.experience import Transition
 from genenv_jax.models import init_params, preset
 from genenv_jax.workdir.pools import Pool
 from genenv_jax.rl import OptimizerConfig, RWRConfig, make_optimizer, make_rwr_step

@@ -21,11 +21,11 @@ pytest.importorskip("fast_downward", reason="needs the optional ALFWorld extra: 
 
 from genenv_jax.core.config_checks import ConfigError  # noqa: E402
 from genenv_jax.configs import alfworld as config_module  # noqa: E402
-from genenv_jax.dreamgym import experience_model  # noqa: E402
+from genenv_jax.dreamgym import experience_text as experience_model  # noqa: E402
 from genenv_jax.loop.experience import ExperienceWorld  # noqa: E402
 from genenv_jax.loop import CoEvolution  # noqa: E402
 from genenv_jax.workdir.pools import Pool  # noqa: E402
-from genenv_jax.run_config import RunConfig  # noqa: E402
+from genenv_jax.configs.run_config import RunConfig  # noqa: E402
 from genenv_jax.sampling import SampleOutput  # noqa: E402
 
 

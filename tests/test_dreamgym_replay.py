@@ -9,7 +9,7 @@ import pytest
 
 from genenv_jax.dreamgym.embedding import Embedder, key_text, transition_key_text
 from genenv_jax.dreamgym.replay import ReplayBuffer, ReplayError, encode_record
-from genenv_jax.dreamgym.transitions import REAL_SOURCES, Transition
+from genenv_jax.domains.experience import REAL_SOURCES, Transition
 from genenv_jax.models import preset
 from genenv_jax.workdir.pools import Pool
 from tests.random_params import random_params

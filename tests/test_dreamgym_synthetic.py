@@ -10,11 +10,11 @@ import pytest
 
 from genenv_jax.text.chat_text import ChatText
 from genenv_jax.domains.base import ChatPrompt, Task
-from genenv_jax.dreamgym import experience_model
+from genenv_jax.dreamgym import experience_text as experience_model
 from genenv_jax.dreamgym.environments import Move, SyntheticEnvironments
-from genenv_jax.dreamgym.experience_model import Prediction, PromptSettings
+from genenv_jax.dreamgym.experience_text import Prediction, PromptSettings
 from genenv_jax.dreamgym.predictor import Predictor, Query, accuracy, baseline_predictions
-from genenv_jax.dreamgym.transitions import Transition
+from genenv_jax.domains.experience import Transition
 from genenv_jax.episodes import END_DONE, EpisodeCaps, run_episodes
 from genenv_jax.sampling import SampleOutput
 

@@ -24,7 +24,7 @@ from genenv_jax.domains.alfworld import transitions as tr  # noqa: E402
 from genenv_jax.domains.alfworld.episode import NOTHING, ALFWorldEnvironment  # noqa: E402
 from genenv_jax.domains.alfworld.games import compile_game  # noqa: E402
 from genenv_jax.domains.base import Task  # noqa: E402
-from genenv_jax.dreamgym.transitions import Transition  # noqa: E402
+from genenv_jax.domains.experience import Transition  # noqa: E402
 
 CLEAN_SPEC = {"scene": "FloorPlan419", "task_type": "pick_clean_then_place_in_recep", "object": "soapbar",
               "receptacle": "sidetable", "toggle": None,

@@ -12,10 +12,10 @@ import pytest
 
 from genenv_jax import rl
 from genenv_jax.text.chat_text import ChatText
-from genenv_jax.domains.base import ChatPrompt, Domain, Environment, ScoreResult, StepOutcome, Task, last_assistant_text
+from genenv_jax.domains.base import ChatPrompt, Domain, Environment, ScoreResult, StepOutcome, Task
 from genenv_jax.episodes import (END_DONE, END_MAX_TOKENS, END_MAX_TURNS, END_TURN_TOKENS, EpisodeCaps,
                                  LocalEnvironments, WorkerEnvironments, run_episodes)
-from genenv_jax.loop.packing import pack_sequences
+from genenv_jax.rl.packing import pack_sequences
 from genenv_jax.models import init_params, preset
 from genenv_jax.sampling import FINISH_LENGTH, FINISH_STOP, SampleOutput
 

@@ -11,7 +11,7 @@ from genenv_jax import evaluation
 from genenv_jax.text import tokenization
 from genenv_jax.domains.base import (ChatPrompt, Domain, Environment, ScoreResult, StepOutcome, Task,
                                      last_assistant_text)
-from genenv_jax.domains.bfcl import BFCLDomain
+from genenv_jax.domains.bfcl.domain import BFCLDomain
 from genenv_jax.models import forward, init_params, preset
 
 

@@ -16,7 +16,7 @@ import pytest
 from genenv_jax.core import json_text as jt
 from genenv_jax.text import tokenization as tk
 from genenv_jax.domains import Rejection, Task, get_domain
-from genenv_jax.domains import bfcl_checker, bfcl_schema
+from genenv_jax.domains.bfcl import checker as bfcl_checker, schema as bfcl_schema
 from genenv_jax.text.tokenization import ToolCall, parse_tool_calls
 
 SEED_ID = "simple_python_0"        # calculate_triangle_area(base: integer, height: integer, unit: string)

@@ -1,6 +1,10 @@
-"""Package structure: the import graph of `genenv_jax` (every `import`, function-level ones too) has
-no cycles, `genenv_jax.parallel` never reaches `genenv_jax.models`, and the modules of the model,
-sampling, parallel and RL layers stay small."""
+"""Package structure, measured on the source (every `import`, function-level ones too):
+
+- the package's rooms (its subpackages and root modules) keep to a layer table: a room imports only
+  rooms of lower layers, so there is no package-level circle;
+- the module-level import graph has no cycles;
+- `genenv_jax.parallel` never reaches `genenv_jax.models`;
+- no module is over 400 lines."""
 
 import ast
 from pathlib import Path
@@ -9,6 +13,23 @@ import pytest
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent / "genenv_jax"
 MAX_LINES = 400
+
+# Lowest first. A room may import the rooms of the layers below its own, never its own layer or above.
+# docs/architecture.md draws the same table.
+LAYERS = (
+    ("core",),                                  # leaves: no genenv_jax imports
+    ("text", "parallel", "workdir"),
+    ("models",),
+    ("data", "rl", "sampling"),
+    ("domains",),
+    ("episodes", "dreamgym"),
+    ("configs",),
+    ("cli", "evaluation"),
+    ("loop",),
+    ("main",),
+    ("study", "tools"),
+)
+LAYER_OF = {room: i for i, rooms in enumerate(LAYERS) for room in rooms}
 
 
 def _module_name(path: Path) -> str:
@@ -49,6 +70,26 @@ def _edges(modules: dict[str, Path]) -> dict[str, set[str]]:
     return graph
 
 
+def _room(module: str) -> str | None:
+    """The room of a module: `genenv_jax.loop.policy` -> 'loop', `genenv_jax.main` -> 'main'; None
+    for the package itself."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def _room_edges() -> dict[str, set[str]]:
+    """room -> the other rooms it imports (function-level and typing-only imports included)."""
+    modules = _modules()
+    rooms: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        room = _room(name)
+        if room is None:
+            continue
+        targets = {_room(t) for t in _imported(path, modules)} - {room, None}
+        rooms.setdefault(room, set()).update(targets)
+    return rooms
+
+
 def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
     seen, todo = set(), [start]
     while todo:
@@ -56,6 +97,24 @@ def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
             seen.add(nxt)
             todo.append(nxt)
     return seen
+
+
+def test_every_room_is_in_the_layer_table():
+    rooms = {_room(name) for name in _modules()} - {None}
+    assert rooms == set(LAYER_OF), f"rooms not in LAYERS: {sorted(rooms - set(LAYER_OF))}; " \
+                                   f"LAYERS names missing rooms: {sorted(set(LAYER_OF) - rooms)}"
+
+
+def test_rooms_import_only_lower_layers():
+    wrong = sorted(f"{a} (layer {LAYER_OF[a]}) imports {b} (layer {LAYER_OF[b]})"
+                   for a, targets in _room_edges().items() for b in targets if LAYER_OF[b] >= LAYER_OF[a])
+    assert not wrong, "imports against the layer table:\n" + "\n".join(wrong)
+
+
+def test_no_package_level_import_circles():
+    graph = _room_edges()
+    circles = sorted(f"{a} -> {b} -> ... -> {a}" for a in graph for b in graph[a] if a in _reachable(graph, b))
+    assert not circles, "package-level import circles:\n" + "\n".join(circles)
 
 
 def test_package_import_graph_has_no_cycles():

@@ -7,7 +7,8 @@ import jax
 import numpy as np
 import pytest
 
-from genenv_jax import curriculum, domains
+from genenv_jax.rl import curriculum
+from genenv_jax import domains
 from genenv_jax.loop import CoEvolution, NonFiniteLossError, SeedStats
 from genenv_jax.loop.tasks import choose_seeds
 from genenv_jax.evaluation import load_run_agent
@@ -146,7 +147,7 @@ def test_curriculum_alpha_and_band_steer_the_simulator_prompt():
         for key, value in overrides.items():
             section, name = key.split(".")
             c[section][name] = value
-        from genenv_jax.run_config import RunConfig
+        from genenv_jax.configs.run_config import RunConfig
         ctx = _fake_ctx(RunConfig.from_config_dict(c), [seed.task_id])
         ctx.domain = bfcl_domain
         return simulator_request(ctx, seed, stats)

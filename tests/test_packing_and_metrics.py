@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from genenv_jax.workdir.metrics import MetricsWriter, plot_curves, read_metrics, summary_table, truncate_metrics
-from genenv_jax.loop.packing import length_bucket, pack_sequences, padded_row_count
+from genenv_jax.rl.packing import length_bucket, pack_sequences, padded_row_count
 
 
 def test_pack_sequences_layout():

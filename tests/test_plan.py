@@ -1,4 +1,4 @@
-"""`python -m genenv_jax.plan`: the slice table, the shapes a config allows, resident-state sizes,
+"""`python -m genenv_jax.tools.tpu_memory`: the slice table, the shapes a config allows, resident-state sizes,
 a real compile-only plan of a micro-model config, the search for a plan that fits (real compiles
 once, synthetic program sizes for the branches), and one-line CLI errors."""
 
@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from genenv_jax import plan
+from genenv_jax.tools import tpu_memory as plan
 from genenv_jax.configs import bfcl, bfcl_multiturn
-from genenv_jax.memory_plan import GIB, Measurer, PlanError, ProgramMemory, sampler_shape, update_shape
+from genenv_jax.tools.memory_plan import GIB, Measurer, PlanError, ProgramMemory, sampler_shape, update_shape
 from genenv_jax.models import preset
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -82,7 +82,7 @@ def test_resident_state_of_the_7b_preset():
 
 def test_real_plan_of_a_micro_config(measured):
     run, measurer, base, text = measured
-    assert "genenv_jax.plan: micro on v5litepod-4: 4 chips x 16 GiB HBM" in text
+    assert "genenv_jax.tools.tpu_memory: micro on v5litepod-4: 4 chips x 16 GiB HBM" in text
     assert "| update step: batch | 8 x 80, micro-batches 1, remat full | 4 x 80, micro-batches 1, remat full |" in text
     assert "RESULT v5litepod-4: FITS, mesh data=1,fsdp=4,tensor=1" in text
     assert base.fits and base.mesh == (1, 4, 1)
@@ -172,14 +172,14 @@ def test_search_that_finds_nothing_names_bigger_slices():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--config=bfcl:tiny", "--slice=v9-8"], "genenv_jax.plan: error: unknown slice 'v9-8'; known: v4-8, "),
+    (["--config=bfcl:tiny", "--slice=v9-8"], "genenv_jax.tools.tpu_memory: error: unknown slice 'v9-8'; known: v4-8, "),
     (["--config=bfcl:tiny", "--slice=v5p-8", "--config.agent.nope=1"],
-     "genenv_jax.plan: error: unknown config key"),
-    (["--config=bfcl:tiny", "--slice=v5p-8", "--config.mesh.fsdp=3"], "genenv_jax.plan: error: config.mesh: "),
+     "genenv_jax.tools.tpu_memory: error: unknown config key"),
+    (["--config=bfcl:tiny", "--slice=v5p-8", "--config.mesh.fsdp=3"], "genenv_jax.tools.tpu_memory: error: config.mesh: "),
 ])
 def test_cli_errors_are_one_line(args, message):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    proc = subprocess.run([sys.executable, "-m", "genenv_jax.plan", *args], cwd=REPO, env=env,
+    proc = subprocess.run([sys.executable, "-m", "genenv_jax.tools.tpu_memory", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith(message), proc.stderr

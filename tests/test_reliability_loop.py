@@ -7,7 +7,7 @@ import pytest
 
 from genenv_jax import domains
 from genenv_jax.loop import CoEvolution
-from genenv_jax.run_config import ConfigError
+from genenv_jax.configs.run_config import ConfigError
 from genenv_jax.workdir.lock import WorkdirLock, WorkdirLockedError
 from loop_configs import toy_config
 

@@ -10,7 +10,7 @@ import pytest
 
 from genenv_jax.configs import bfcl
 from genenv_jax.loop.persistence import config_changes
-from genenv_jax.run_config import ConfigError, RunConfig
+from genenv_jax.configs.run_config import ConfigError, RunConfig
 from loop_configs import toy_config, toy_config_dict
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ import pytest
 from genenv_jax.text import small_tokenizer, tokenization
 from genenv_jax.text.chat_text import ChatText
 from genenv_jax.domains.base import ChatPrompt
-from genenv_jax.domains.calc import CalcDomain
+from genenv_jax.domains.calc.domain import CalcDomain
 from genenv_jax.models.config import preset
 
 

@@ -19,10 +19,10 @@ from genenv_jax.domains import Rejection, get_domain
 from genenv_jax.loop.context import LoopContext
 from genenv_jax.loop.heldout import heldout_tasks
 from genenv_jax.loop.tasks import Generation, agent_tasks
-from genenv_jax.loop.updates import TrainRow
+from genenv_jax.rl.batches import TrainRow
 from genenv_jax.loop.warmstart_cache import warmstart_key
 from genenv_jax.workdir.metrics import read_metrics
-from genenv_jax.run_config import ConfigError, RunConfig
+from genenv_jax.configs.run_config import ConfigError, RunConfig
 from genenv_jax.study.runner import StudyRun, check_study, plan_runs
 
 

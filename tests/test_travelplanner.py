@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from genenv_jax.domains import Task, get_domain
-from genenv_jax.domains.base import Rejection
+from genenv_jax.domains.base import Invalid, Rejection
 from genenv_jax.domains.travelplanner import data, generation
 from genenv_jax.domains.travelplanner.episode import TwoStageEnvironment
 from genenv_jax.domains.travelplanner.feasibility import search
@@ -285,7 +285,7 @@ def test_feasibility_search_solves_every_training_query(cache):
 
 
 def test_generation_checks_are_pure():
-    with pytest.raises(generation.GenerationInvalid) as info:
+    with pytest.raises(Invalid) as info:
         generation.query_of({"query": "x", "org": "Rockford", "dest": "Texas", "days": 3, "start_date": "2022-03-01",
                              "people_number": 1, "budget": 100, "local_constraint": {}}, {"Rockford": "Illinois"})
     assert info.value.reason == "bad_field" and "not a TravelPlanner city" in info.value.detail

@@ -18,63 +18,64 @@ from ml_collections import ConfigDict
 
 from genenv_jax.configs import base
 
-
-def get_config(preset: str = "7b") -> ConfigDict:
-    c = base.get_config()
-    c.domain.name = "alfworld"
-    c.domain.options = ConfigDict({
+ALFWORLD = {
+    "domain.name": "alfworld",
+    "domain.options": {
         "data_dir": "",                 # "" -> generated games; else ALFWorld's data dir (json_2.1.1)
-        "games": ConfigDict({"train": 600, "validation": 140, "test": 134}),
+        "games": {"train": 600, "validation": 140, "test": 134},
         "max_steps": 50,                # ALFWorld's step cap
         "admissible": "every_turn",     # list the available commands after every observation
         "cache_dir": "",                # "" -> $GENENV_CACHE/alfworld or ~/.cache/genenv_jax/alfworld
-    })
+    },
     # A 50-step episode with the command list after each observation reaches ~15-20k tokens; the
     # agent's first prompt is ~300-700 tokens (the largest kitchens list ~47 receptacles).
-    c.episodes.max_turns = 50
-    c.episodes.max_total_tokens = 20480
-    c.episodes.env_workers = 8          # engine resets take 0.2-2.7 s: step games in parallel
-    c.agent.sampling.max_new_tokens = 256   # a ReAct thought and one action
-    c.agent.sampling.max_prompt_len = 2048
-    c.simulator.sampling.max_new_tokens = 768   # a spec with placements is ~150-400 tokens
-    c.simulator.sampling.max_prompt_len = 2048
-    c.evaluation.split = "test"         # valid_unseen
-    if preset == "dreamgym":
-        c = base.with_preset(c, "tiny", tiny)
-        dreamgym_tiny(c)
-        c.preset_name = preset
-        return c
-    return base.with_preset(c, preset, tiny)
+    "episodes.max_turns": 50,
+    "episodes.max_total_tokens": 20480,
+    "episodes.env_workers": 8,          # engine resets take 0.2-2.7 s: step games in parallel
+    "agent.sampling.max_new_tokens": 256,   # a ReAct thought and one action
+    "agent.sampling.max_prompt_len": 2048,
+    "simulator.sampling.max_new_tokens": 768,   # a spec with placements is ~150-400 tokens
+    "simulator.sampling.max_prompt_len": 2048,
+    "evaluation.split": "test",         # valid_unseen
+}
+
+# CPU run in minutes (see the module docstring). The budget buys the machinery end to end
+# (engine-verified simulator games, multi-turn episodes in worker processes, GRPO on trajectories,
+# held-out success per task type), not learning.
+TINY = {
+    "domain.options.games": {"train": 6, "validation": 6, "test": 6},
+    "domain.options.max_steps": 10,     # walkthroughs here are 3-9 steps
+    "agent.sampling.max_new_tokens": 24, "agent.sampling.max_prompt_len": 1024, "agent.sampling.temperature": 0.7,
+    "episodes.max_turns": 10,
+    "episodes.max_total_tokens": 4096,
+    "episodes.env_workers": 2,
+    "simulator.sampling.max_new_tokens": 320, "simulator.sampling.max_prompt_len": 1024,
+    "simulator.sampling.temperature": 0.5,
+    "warmstart.agent_steps": 16,
+    "warmstart.simulator_steps": 16,
+    "warmstart.batch_size": 2,
+    "evaluation.max_per_category": 1,   # one valid_unseen game per task type
+}
+
+# `tiny` in mode=dreamgym: 1 synthetic epoch then 1 real one, a short experience-model SFT,
+# commands listed on the first turn only (what synthetic episodes can show).
+DREAMGYM = {
+    "mode": "dreamgym",
+    "domain.options.admissible": "first_turn",
+    "replay.tasks_per_epoch": 0,        # the curriculum chooses every task (seeds + capped variants)
+    "seeds_per_epoch": 4,
+    "agent.train.tasks_per_step": 4,
+    "experience.sampling.max_new_tokens": 96, "experience.sampling.max_prompt_len": 1024,
+    "experience.sampling.temperature": 0.3,
+    "experience.optimizer.learning_rate": 3e-3,
+    "experience.train.loss.chunk_size": 64,
+    "dreamgym.synthetic_epochs": 1, "dreamgym.offline_random_per_task": 1, "dreamgym.offline_random_steps": 6,
+    "dreamgym.sft_steps": 16, "dreamgym.sft_batch_size": 4, "dreamgym.max_history": 2, "dreamgym.top_k": 2,
+}
+
+PRESETS = {"7b": (base.QWEN_7B,), "tiny": (base.TINY_EPISODES, TINY),
+           "dreamgym": (base.TINY_EPISODES, TINY, DREAMGYM)}
 
 
-def tiny(c: ConfigDict) -> None:
-    """CPU run in minutes (see the module docstring). The budget buys the machinery end to end
-    (engine-verified simulator games, multi-turn episodes in worker processes, GRPO on
-    trajectories, held-out success per task type), not learning."""
-    base.tiny_episode_schedule(c)
-    c.domain.options.games = ConfigDict({"train": 6, "validation": 6, "test": 6})
-    c.domain.options.max_steps = 10     # walkthroughs here are 3-9 steps
-    c.agent.sampling.update(max_new_tokens=24, max_prompt_len=1024, temperature=0.7)
-    c.episodes.max_turns = 10
-    c.episodes.max_total_tokens = 4096
-    c.episodes.env_workers = 2
-    c.simulator.sampling.update(max_new_tokens=320, max_prompt_len=1024, temperature=0.5)
-    c.warmstart.agent_steps = 16
-    c.warmstart.simulator_steps = 16
-    c.warmstart.batch_size = 2
-    c.evaluation.max_per_category = 1   # one valid_unseen game per task type
-
-
-def dreamgym_tiny(c: ConfigDict) -> None:
-    """`tiny` in mode=dreamgym: 1 synthetic epoch then 1 real one, a short experience-model SFT,
-    commands listed on the first turn only (what synthetic episodes can show)."""
-    c.mode = "dreamgym"
-    c.domain.options.admissible = "first_turn"
-    c.replay.tasks_per_epoch = 0        # the curriculum chooses every task (seeds + capped variants)
-    c.seeds_per_epoch = 4
-    c.agent.train.tasks_per_step = 4
-    c.experience.sampling.update(max_new_tokens=96, max_prompt_len=1024, temperature=0.3)
-    c.experience.optimizer.learning_rate = 3e-3
-    c.experience.train.loss.chunk_size = 64
-    c.dreamgym.update(synthetic_epochs=1, offline_random_per_task=1, offline_random_steps=6, sft_steps=16,
-                      sft_batch_size=4, max_history=2, top_k=2)
+def get_config(preset: str = "7b") -> ConfigDict:
+    return base.build("alfworld", ALFWORLD, PRESETS, preset)

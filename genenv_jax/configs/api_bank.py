@@ -22,11 +22,9 @@ from genenv_jax.domains.api_bank.data import CATEGORIES
 
 FIXTURE_DIR = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "api_bank" / "dialogues"
 
-
-def get_config(preset: str = "7b") -> ConfigDict:
-    c = base.get_config()
-    c.domain.name = "api_bank"
-    c.domain.options = ConfigDict({
+API_BANK = {
+    "domain.name": "api_bank",
+    "domain.options": {
         "data_dir": "",                 # the download directory (official layout); required
         "call_format": "structured",    # structured (<tool_call> JSON) | official ([Name(k='v')] text)
         "categories": CATEGORIES,
@@ -35,32 +33,38 @@ def get_config(preset: str = "7b") -> ConfigDict:
         "cache_dir": "",                # "" -> $GENENV_CACHE/tfds
         "max_level3_calls": 20,         # a level-3 episode's call cap (gold dialogues make 2-9 calls)
         "replay_history": True,         # False: API-Bank's evaluator (fresh state, earlier calls not replayed)
-    })
+    },
     # Level-1/2 prompts: the dialogue so far and 1-5 API descriptions (under 2k tokens); a level-3
     # episode adds one call and its result (tool descriptions from the searcher) per turn.
-    c.agent.sampling.max_prompt_len = 4096
-    c.agent.sampling.max_new_tokens = 256   # one call or one reply
-    c.episodes.max_turns = 20
-    c.episodes.max_total_tokens = 9000
-    c.simulator.sampling.max_new_tokens = 1024  # a dialogue of up to 24 turns and its target
-    c.evaluation.split = "test"
-    return base.with_preset(c, preset, tiny)
+    "agent.sampling.max_prompt_len": 4096,
+    "agent.sampling.max_new_tokens": 256,   # one call or one reply
+    "episodes.max_turns": 20,
+    "episodes.max_total_tokens": 9000,
+    "simulator.sampling.max_new_tokens": 1024,  # a dialogue of up to 24 turns and its target
+    "evaluation.split": "test",
+}
+
+# CPU run in minutes on the fixture download: random tiny models, level-1 calls and replies, a
+# short warm-start on reference calls and sibling tasks. The budget buys the machinery end to end
+# (execution-verified tasks, replay scoring, GRPO, pools), not learning.
+TINY = {
+    "domain.options.data_dir": str(FIXTURE_DIR),
+    "domain.options.categories": ("level-1-api", "level-1-response"),
+    "domain.options.validation_fraction": 0.0,
+    "domain.seed_order": "shortest",
+    "agent.sampling.max_new_tokens": 64, "agent.sampling.max_prompt_len": 2048, "agent.sampling.temperature": 0.7,
+    "episodes.max_turns": 1,
+    "episodes.max_total_tokens": 2304,
+    "simulator.sampling.max_new_tokens": 256, "simulator.sampling.max_prompt_len": 2048,
+    "simulator.sampling.temperature": 0.5,
+    "warmstart.agent_steps": 8,
+    "warmstart.simulator_steps": 8,
+    "warmstart.batch_size": 1,
+    "evaluation.split": "",
+}
+
+PRESETS = {"7b": (base.QWEN_7B,), "tiny": (base.TINY_EPISODES, TINY)}
 
 
-def tiny(c: ConfigDict) -> None:
-    """CPU run in minutes on the fixture download: random tiny models, level-1 calls and replies,
-    a short warm-start on reference calls and sibling tasks. The budget buys the machinery end to
-    end (execution-verified tasks, replay scoring, GRPO, pools), not learning."""
-    base.tiny_episode_schedule(c)
-    c.domain.options.data_dir = str(FIXTURE_DIR)
-    c.domain.options.categories = ("level-1-api", "level-1-response")
-    c.domain.options.validation_fraction = 0.0
-    c.domain.seed_order = "shortest"
-    c.agent.sampling.update(max_new_tokens=64, max_prompt_len=2048, temperature=0.7)
-    c.episodes.max_turns = 1
-    c.episodes.max_total_tokens = 2304
-    c.simulator.sampling.update(max_new_tokens=256, max_prompt_len=2048, temperature=0.5)
-    c.warmstart.agent_steps = 8
-    c.warmstart.simulator_steps = 8
-    c.warmstart.batch_size = 1
-    c.evaluation.split = ""
+def get_config(preset: str = "7b") -> ConfigDict:
+    return base.build("api_bank", API_BANK, PRESETS, preset)

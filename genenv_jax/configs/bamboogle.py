@@ -24,11 +24,9 @@ from genenv_jax.configs import base
 
 FIXTURE_DIR = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "bamboogle"
 
-
-def get_config(preset: str = "7b") -> ConfigDict:
-    c = base.get_config()
-    c.domain.name = "bamboogle"
-    c.domain.options = ConfigDict({
+BAMBOOGLE = {
+    "domain.name": "bamboogle",
+    "domain.options": {
         "data_dir": "",          # the Bamboogle download (required; "" -> a one-line error with the command)
         "retrieval_url": "",     # a Search-R1 /retrieve endpoint; "" -> BM25 over `corpus`
         "corpus": "",            # wiki-18-format JSONL(.gz); "" -> data_dir/wiki-18.jsonl[.gz]
@@ -37,29 +35,35 @@ def get_config(preset: str = "7b") -> ConfigDict:
         "max_turns": 6,          # 4 searches + the answer + one malformed reply
         "split_mode": "hash",    # hash: by id, 68/35/22 train/validation/test of 125; all_test: all in 'test'
         "cache_dir": "",         # BM25 index; "" -> $GENENV_CACHE/bamboogle
-    })
+    },
     # 4 searches x 3 passages of ~100-150 words each: ~2.5k tokens of information, plus the turns.
-    c.episodes.max_turns = 6
-    c.episodes.max_total_tokens = 8192
-    c.agent.sampling.max_new_tokens = 500   # Search-R1's per-turn response length
-    c.agent.sampling.max_prompt_len = 1024
-    c.simulator.sampling.max_new_tokens = 512   # a question with 2-3 hops is ~80-200 tokens
-    c.simulator.sampling.max_prompt_len = 2048
-    c.evaluation.split = "test"
-    return base.with_preset(c, preset, tiny)
+    "episodes.max_turns": 6,
+    "episodes.max_total_tokens": 8192,
+    "agent.sampling.max_new_tokens": 500,   # Search-R1's per-turn response length
+    "agent.sampling.max_prompt_len": 1024,
+    "simulator.sampling.max_new_tokens": 512,   # a question with 2-3 hops is ~80-200 tokens
+    "simulator.sampling.max_prompt_len": 2048,
+    "evaluation.split": "test",
+}
+
+# CPU run in minutes on the fixture download: machinery end to end (BM25-checked simulator
+# questions, multi-turn search episodes, GRPO, held-out EM on the fixture's 'test' questions), not
+# learning. 64 tokens per agent turn hold a reference search turn; 3 turns: two searches, the answer.
+TINY = {
+    "domain.options.data_dir": str(FIXTURE_DIR),
+    "domain.options.max_searches": 2, "domain.options.max_turns": 3,
+    "episodes.max_turns": 3,
+    "episodes.max_total_tokens": 2048,
+    "agent.sampling.max_new_tokens": 64, "agent.sampling.max_prompt_len": 512, "agent.sampling.temperature": 0.7,
+    "simulator.sampling.max_new_tokens": 160, "simulator.sampling.max_prompt_len": 1024,
+    "simulator.sampling.temperature": 0.5,
+    "warmstart.agent_steps": 8,
+    "warmstart.simulator_steps": 8,
+    "warmstart.batch_size": 2,
+}
+
+PRESETS = {"7b": (base.QWEN_7B,), "tiny": (base.TINY_EPISODES, TINY)}
 
 
-def tiny(c: ConfigDict) -> None:
-    """CPU run in minutes on the fixture download: machinery end to end (BM25-checked simulator
-    questions, multi-turn search episodes, GRPO, held-out EM on the fixture's 'test' questions), not
-    learning. 64 tokens per agent turn hold a reference search turn; 3 turns: two searches, the answer."""
-    base.tiny_episode_schedule(c)
-    c.domain.options.data_dir = str(FIXTURE_DIR)
-    c.domain.options.update(max_searches=2, max_turns=3)
-    c.episodes.max_turns = 3
-    c.episodes.max_total_tokens = 2048
-    c.agent.sampling.update(max_new_tokens=64, max_prompt_len=512, temperature=0.7)
-    c.simulator.sampling.update(max_new_tokens=160, max_prompt_len=1024, temperature=0.5)
-    c.warmstart.agent_steps = 8
-    c.warmstart.simulator_steps = 8
-    c.warmstart.batch_size = 2
+def get_config(preset: str = "7b") -> ConfigDict:
+    return base.build("bamboogle", BAMBOOGLE, PRESETS, preset)

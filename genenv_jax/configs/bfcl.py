@@ -9,41 +9,43 @@ warm-start so it emits parseable text, 2 epochs; runs on a laptop CPU in minutes
 from ml_collections import ConfigDict
 
 from genenv_jax.configs import base
-from genenv_jax.domains.bfcl_data import CATEGORIES
+from genenv_jax.domains.bfcl.data import CATEGORIES
+
+BFCL = {"domain.name": "bfcl", "domain.options": {"categories": CATEGORIES, "validation": "strict"}}
+
+# CPU demo: random tiny model, real tokenizer, 6 short simple_python seeds, warm-start, 2 epochs.
+TINY = {
+    **base.TINY_MODELS,
+    "epochs": 2,
+    "curriculum.k_min": 0.25,      # 4 rollouts give p_hat in {0, .25, .5, .75, 1}: a band wide enough to train RWR
+    "domain.options.categories": ("simple_python",),
+    "domain.max_seeds": 6,
+    "domain.seed_order": "shortest",
+    "seeds_per_epoch": 6,
+    "variants_per_seed": 1,
+    "rollouts_per_task": 4,
+    "agent.train.tasks_per_step": 6,
+    "simulator.train.tasks_per_step": 8,
+    "agent.sampling.max_new_tokens": 64, "agent.sampling.max_prompt_len": 1024, "agent.sampling.temperature": 0.7,
+    "simulator.sampling.max_new_tokens": 320, "simulator.sampling.max_prompt_len": 2048,
+    "simulator.sampling.temperature": 0.5,
+    "replay.tasks_per_epoch": 6,   # the base seeds, rolled out afresh next to the generated tasks
+    "agent.optimizer.learning_rate": 1e-4,
+    "simulator.optimizer.learning_rate": 1e-5,
+    "warmstart.enabled": True,
+    # One category and the shortest sibling as every simulator target: a 10M-parameter random model
+    # learns to write a parseable task in ~120 steps (several distinct targets need far more).
+    "warmstart.agent_steps": 100,
+    "warmstart.simulator_steps": 120,
+    "warmstart.batch_size": 3,
+    "warmstart.learning_rate": 3e-3,
+    "warmstart.simulator_target": "shortest",
+    "log.samples_per_epoch": 6,
+    "checkpoint.keep": 2,
+}
+
+PRESETS = {"7b": (base.QWEN_7B,), "tiny": (TINY,)}
 
 
 def get_config(preset: str = "7b") -> ConfigDict:
-    c = base.get_config()
-    c.domain.name = "bfcl"
-    c.domain.options = ConfigDict({"categories": CATEGORIES, "validation": "strict"})
-    return base.with_preset(c, preset, tiny)
-
-
-def tiny(c: ConfigDict) -> None:
-    """CPU demo: random tiny model, real tokenizer, 6 short simple_python seeds, warm-start, 2 epochs."""
-    base.tiny_models(c)
-    c.epochs = 2
-    c.curriculum.k_min = 0.25      # 4 rollouts give p_hat in {0, .25, .5, .75, 1}: a band wide enough to train RWR
-    c.domain.options.categories = ("simple_python",)
-    c.domain.max_seeds = 6
-    c.domain.seed_order = "shortest"
-    c.seeds_per_epoch = 6
-    c.variants_per_seed = 1
-    c.rollouts_per_task = 4
-    c.agent.train.tasks_per_step = 6
-    c.simulator.train.tasks_per_step = 8
-    c.agent.sampling.update(max_new_tokens=64, max_prompt_len=1024, temperature=0.7)
-    c.simulator.sampling.update(max_new_tokens=320, max_prompt_len=2048, temperature=0.5)
-    c.replay.tasks_per_epoch = 6   # the base seeds, rolled out afresh next to the generated tasks
-    c.agent.optimizer.learning_rate = 1e-4
-    c.simulator.optimizer.learning_rate = 1e-5
-    c.warmstart.enabled = True
-    # One category and the shortest sibling as every simulator target: a 10M-parameter random model
-    # learns to write a parseable task in ~120 steps (several distinct targets need far more).
-    c.warmstart.agent_steps = 100
-    c.warmstart.simulator_steps = 120
-    c.warmstart.batch_size = 3
-    c.warmstart.learning_rate = 3e-3
-    c.warmstart.simulator_target = "shortest"
-    c.log.samples_per_epoch = 6
-    c.checkpoint.keep = 2
+    return base.build("bfcl", BFCL, PRESETS, preset)

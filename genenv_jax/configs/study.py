@@ -32,46 +32,50 @@ def get_config(scale: str = "small") -> ConfigDict:
     return c
 
 
+# The run every study run starts from (only mode, curriculum.alpha and seed change between runs).
+CALC = {
+    "domain.name": "calc",
+    "domain.options": {"prompt_style": "compact", "complete_functions": True,
+                       "per_level": {"train": 150, "validation": 8, "test": 16}},
+    "evaluation.split": "test",   # 16 tasks per level
+    **{f"{model}.{key}": value for model in ("agent", "simulator") for key, value in {
+        "preset": "study-1m", "param_dtype": "float32", "dtype": "float32", "remat_policy": "none",
+        "scan_layers": False, "train.loss.chunk_size": 128}.items()},
+    "epochs": 5,
+    "init_seed": 0,               # every run starts from the same warm-started models (made once)
+    "curriculum.k_min": 0.2,      # with 6 rollouts, p_hat 2/6..4/6 is in band around 0.5
+    "seed_selection.strategy": "uniform",  # the simulator alone decides what the agent sees
+    "seeds_per_epoch": 40,
+    "new_tasks_per_epoch": 32,
+    "rollouts_per_task": 6,
+    "static_variants_per_seed": 6,
+    "agent.train.tasks_per_step": 8,      # 4 GRPO steps of 48 episodes per epoch
+    "simulator.train.tasks_per_step": 8,
+    "agent.sampling.temperature": 1.0, "agent.sampling.max_new_tokens": 32, "agent.sampling.max_prompt_len": 128,
+    "agent.sampling.batch_size": 256,
+    "simulator.sampling.temperature": 0.7, "simulator.sampling.max_new_tokens": 48,
+    "simulator.sampling.max_prompt_len": 128, "simulator.sampling.batch_size": 64,
+    "episodes.max_turns": 1,
+    "episodes.max_total_tokens": 512,
+    "agent.optimizer.learning_rate": 3e-4,
+    "simulator.optimizer.learning_rate": 5e-4,
+    "agent.train.loss.kl_coef": 0.0,
+    "warmstart.enabled": True, "warmstart.agent_steps": 900, "warmstart.simulator_steps": 250,
+    "warmstart.batch_size": 16, "warmstart.learning_rate": 3e-3,
+    "checkpoint.keep": 1,
+    "log.samples_per_epoch": 8,
+}
+LARGE = {
+    "agent.preset": "study-30m", "simulator.preset": "study-30m",
+    "epochs": 20,
+    "seeds_per_epoch": 80,
+    "new_tasks_per_epoch": 64,
+    "agent.train.tasks_per_step": 16,
+    "warmstart.agent_steps": 2000, "warmstart.simulator_steps": 1000, "warmstart.batch_size": 32,
+    "warmstart.learning_rate": 1e-3,
+}
+RUN_PRESETS = {"study-small": (), "study-large": (LARGE,)}
+
+
 def run_config(scale: str) -> ConfigDict:
-    c = base.get_config()
-    c.preset_name = f"study-{scale}"
-    c.domain.name = "calc"
-    c.domain.options = ConfigDict({"prompt_style": "compact", "complete_functions": True,
-                                   "per_level": {"train": 150, "validation": 8, "test": 16}})
-    c.evaluation.split = "test"   # 16 tasks per level
-    for model in (c.agent, c.simulator):
-        model.preset = "study-1m"
-        model.param_dtype = "float32"
-        model.dtype = "float32"
-        model.remat_policy = "none"
-        model.scan_layers = False
-        model.train.loss.chunk_size = 128
-    c.epochs = 5
-    c.init_seed = 0               # every run starts from the same warm-started models (made once)
-    c.curriculum.k_min = 0.2      # with 6 rollouts, p_hat 2/6..4/6 is in band around 0.5
-    c.seed_selection.strategy = "uniform"  # the simulator alone decides what the agent sees
-    c.seeds_per_epoch = 40
-    c.new_tasks_per_epoch = 32
-    c.rollouts_per_task = 6
-    c.static_variants_per_seed = 6
-    c.agent.train.tasks_per_step = 8      # 4 GRPO steps of 48 episodes per epoch
-    c.simulator.train.tasks_per_step = 8
-    c.agent.sampling.update(temperature=1.0, max_new_tokens=32, max_prompt_len=128, batch_size=256)
-    c.simulator.sampling.update(temperature=0.7, max_new_tokens=48, max_prompt_len=128, batch_size=64)
-    c.episodes.max_turns = 1
-    c.episodes.max_total_tokens = 512
-    c.agent.optimizer.learning_rate = 3e-4
-    c.simulator.optimizer.learning_rate = 5e-4
-    c.agent.train.loss.kl_coef = 0.0
-    c.warmstart.update(enabled=True, agent_steps=900, simulator_steps=250, batch_size=16, learning_rate=3e-3)
-    c.checkpoint.keep = 1
-    c.log.samples_per_epoch = 8
-    if scale == "large":
-        for model in (c.agent, c.simulator):
-            model.preset = "study-30m"
-        c.epochs = 20
-        c.seeds_per_epoch = 80
-        c.new_tasks_per_epoch = 64
-        c.agent.train.tasks_per_step = 16
-        c.warmstart.update(agent_steps=2000, simulator_steps=1000, batch_size=32, learning_rate=1e-3)
-    return c
+    return base.build("study", CALC, RUN_PRESETS, f"study-{scale}")

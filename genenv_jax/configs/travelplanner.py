@@ -27,57 +27,58 @@ from genenv_jax.domains.travelplanner.queries import LEVELS
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE_DIR = REPO / "tests" / "fixtures" / "travelplanner" / "domain"
 SHARED_DIR = REPO.parent / "shared" / "benchmarks" / "travelplanner"
+MAX_STEPS = 30  # two-stage: the official agent's step cap
 
-
-def get_config(preset: str = "7b") -> ConfigDict:
-    c = base.get_config()
-    c.domain.name = "travelplanner"
-    c.domain.options = ConfigDict({
+TRAVELPLANNER = {
+    "domain.name": "travelplanner",
+    "domain.options": {
         "data_dir": "",                 # the download directory (official layout); required
         "mode": "sole_planning",        # sole_planning | two_stage
         "reward": "final_pass",         # final_pass (the headline) | constraint_fraction (shaped)
-        "max_steps": 30,                # two-stage: the official agent's step cap
+        "max_steps": MAX_STEPS,
         "levels": LEVELS,
         "database_dir": "",             # "" -> data_dir/database
         "cache_dir": "",                # "" -> $GENENV_CACHE/tfds
-    })
-    c.episodes.max_turns = 1
-    c.episodes.max_total_tokens = 16384 + 1536
-    c.agent.sampling.max_prompt_len = 16384   # the longest training prompt is 13,846 tokens
-    c.agent.sampling.max_new_tokens = 1536    # the longest gold plan is 1,102 tokens
-    c.simulator.sampling.max_prompt_len = 2048  # the simulator's prompts are <= ~900 tokens
-    c.simulator.sampling.max_new_tokens = 384   # a query's JSON is <= ~180 tokens
-    c.evaluation.split = "validation"
-    if preset == "7b_two_stage":
-        base.with_preset(c, "7b", tiny)
-        two_stage(c)
-        c.preset_name = preset
-        return c
-    return base.with_preset(c, preset, tiny)
+    },
+    "episodes.max_turns": 1,
+    "episodes.max_total_tokens": 16384 + 1536,
+    "agent.sampling.max_prompt_len": 16384,   # the longest training prompt is 13,846 tokens
+    "agent.sampling.max_new_tokens": 1536,    # the longest gold plan is 1,102 tokens
+    "simulator.sampling.max_prompt_len": 2048,  # the simulator's prompts are <= ~900 tokens
+    "simulator.sampling.max_new_tokens": 384,   # a query's JSON is <= ~180 tokens
+    "evaluation.split": "validation",
+}
+
+# Search tools, then the plan: 30 replies, tool results accumulate in the episode.
+TWO_STAGE = {
+    "domain.options.mode": "two_stage",
+    "episodes.max_turns": MAX_STEPS,
+    "episodes.max_total_tokens": 32768,
+    "agent.sampling.max_prompt_len": 2048,    # the first prompt (system, tools, query) is <= 1,214 tokens
+}
+
+# CPU run in minutes: random tiny models, two-stage episodes of a few turns, a short warm-start on
+# gold search-and-plan episodes and sibling queries. The budget buys the machinery end to end
+# (feasibility-checked simulator queries, tool episodes, the evaluator's reward, GRPO), not learning.
+TINY = {
+    "domain.options.data_dir": str(SHARED_DIR if (SHARED_DIR / "database").is_dir() else FIXTURE_DIR),
+    **TWO_STAGE,
+    "domain.seed_order": "shortest",
+    "domain.options.max_steps": 4,
+    "episodes.max_turns": 4,
+    "episodes.max_total_tokens": 4096,
+    "agent.sampling.max_new_tokens": 64, "agent.sampling.max_prompt_len": 2048, "agent.sampling.temperature": 0.7,
+    "simulator.sampling.max_new_tokens": 256, "simulator.sampling.max_prompt_len": 2048,
+    "simulator.sampling.temperature": 0.5,
+    "warmstart.agent_steps": 8,
+    "warmstart.simulator_steps": 8,
+    "warmstart.batch_size": 1,
+    "evaluation.split": "",
+}
+
+PRESETS = {"7b": (base.QWEN_7B,), "7b_two_stage": (base.QWEN_7B, TWO_STAGE),
+           "tiny": (base.TINY_EPISODES, TINY)}
 
 
-def two_stage(c: ConfigDict) -> None:
-    """Search tools, then the plan: 30 replies, tool results accumulate in the episode."""
-    c.domain.options.mode = "two_stage"
-    c.episodes.max_turns = c.domain.options.max_steps
-    c.episodes.max_total_tokens = 32768
-    c.agent.sampling.max_prompt_len = 2048    # the first prompt (system, tools, query) is <= 1,214 tokens
-
-
-def tiny(c: ConfigDict) -> None:
-    """CPU run in minutes: random tiny models, two-stage episodes of a few turns, a short warm-start
-    on gold search-and-plan episodes and sibling queries. The budget buys the machinery end to end
-    (feasibility-checked simulator queries, tool episodes, the evaluator's reward, GRPO), not learning."""
-    base.tiny_episode_schedule(c)
-    c.domain.options.data_dir = str(SHARED_DIR if (SHARED_DIR / "database").is_dir() else FIXTURE_DIR)
-    two_stage(c)
-    c.domain.seed_order = "shortest"
-    c.domain.options.max_steps = 4
-    c.episodes.max_turns = 4
-    c.episodes.max_total_tokens = 4096
-    c.agent.sampling.update(max_new_tokens=64, max_prompt_len=2048, temperature=0.7)
-    c.simulator.sampling.update(max_new_tokens=256, max_prompt_len=2048, temperature=0.5)
-    c.warmstart.agent_steps = 8
-    c.warmstart.simulator_steps = 8
-    c.warmstart.batch_size = 1
-    c.evaluation.split = ""
+def get_config(preset: str = "7b") -> ConfigDict:
+    return base.build("travelplanner", TRAVELPLANNER, PRESETS, preset)

@@ -1,6 +1,10 @@
-"""Validation helpers for config sections: unknown keys, wrong types and out-of-range values raise
-errors that name the offending key or option (the run config's `ConfigError`, one line). A leaf
-module: it imports nothing from the package."""
+"""Config sections declared once, as dataclasses, and validated from a config tree.
+
+A field declared with `setting(default, doc, choices=..., minimum=..., ...)` carries its default,
+its one-line doc and its allowed values; `section(cls, tree, path)` reads a tree into the class and
+reports unknown keys, wrong types and values outside the declaration with one line that names the
+key (`ConfigError`); `defaults(cls)` is the tree of declared defaults (what configs/base.py builds
+its ConfigDict from). A leaf module: it imports nothing from the package."""
 
 from __future__ import annotations
 
@@ -8,11 +12,79 @@ import dataclasses
 import math
 import types
 import typing
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 
 class ConfigError(ValueError):
     """A config value is invalid; the message is one line naming the key."""
+
+
+def setting(default: Any = dataclasses.MISSING, doc: str = "", *, choices: Sequence[Any] | None = None,
+            minimum: float | None = None, fraction: bool = False, check: Callable[[Any], str | None] | None = None,
+            factory: Callable[[], Any] | None = None, in_tree: bool = True) -> Any:
+    """A declared config key: its default (or `factory` for a mutable one), a one-line `doc`, and
+    what values are allowed: one of `choices`, at least `minimum`, within [0, 1] (`fraction`), or
+    `check(value)` returning the problem (None when fine). `in_tree` False: a field the run config
+    derives or a preset sets, absent from the default tree."""
+    metadata = {"doc": doc, "choices": None if choices is None else tuple(choices), "minimum": minimum,
+                "fraction": fraction, "check": check, "in_tree": in_tree}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+@dataclasses.dataclass(frozen=True)
+class Placeholder:
+    """A default of None for a key of type `kind` (a ConfigDict placeholder, so overrides type-check)."""
+
+    kind: type
+
+
+def defaults(cls: type, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The tree of `cls`'s declared defaults: nested dataclass defaults as sub-trees, a None default
+    of an optional type as a `Placeholder`, fields declared `in_tree=False` left out. `overrides`
+    ({"key": value} or {"section.key": value}) replace defaults."""
+    hints = typing.get_type_hints(cls)
+    tree: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        if not field.metadata.get("in_tree", True):
+            continue
+        if field.default is not dataclasses.MISSING:
+            value = field.default
+        elif dataclasses.is_dataclass(field.default_factory):  # a nested section: its own declarations
+            tree[field.name] = defaults(field.default_factory)
+            continue
+        elif field.default_factory is not dataclasses.MISSING:
+            value = field.default_factory()
+        else:
+            continue
+        if value is None:
+            kinds = [t for t in typing.get_args(hints[field.name]) if t is not type(None)]
+            value = Placeholder(kinds[0]) if len(kinds) == 1 and isinstance(kinds[0], type) else None
+        tree[field.name] = value
+    for key, value in (overrides or {}).items():
+        tree = _override(tree, key, value)
+    return tree
+
+
+def _override(tree: Mapping[str, Any], key: str, value: Any) -> dict[str, Any]:
+    """`tree` with the value at dotted `key` replaced."""
+    head, _, rest = key.partition(".")
+    return {**tree, head: _override(tree[head], rest, value) if rest else value}
+
+
+def check_declared(path: str, value: Any, metadata: Mapping[str, Any]) -> None:
+    """The checks a `setting` declares, in a fixed order: choices, minimum, fraction, check."""
+    if metadata.get("choices") is not None:
+        check_in(path, value, metadata["choices"])
+    if metadata.get("minimum") is not None:
+        check_positive(path, value, metadata["minimum"])
+    if metadata.get("fraction"):
+        check_fraction(path, value)
+    if metadata.get("check") is not None:
+        problem = metadata["check"](value)
+        if problem:
+            raise failure(path, value, problem)
 
 
 def dataclass_kwargs(cls: type, section: Mapping[str, Any], what: str | None = None) -> dict[str, Any]:
@@ -92,6 +164,7 @@ def section(cls: type, tree: Mapping[str, Any], path: str, *, skip: tuple[str, .
                 raise ConfigError(f"config.{path}.{name}: missing")
             continue
         kwargs[name] = check_type(f"{path}.{name}", tree[name], hints[name])
+        check_declared(f"{path}.{name}", kwargs[name], field.metadata)
     try:
         return cls(**kwargs)
     except (ValueError, TypeError) as e:
@@ -103,7 +176,7 @@ def check_positive(path: str, value: int, minimum: int = 1) -> None:
         raise failure(path, value, f"must be >= {minimum}")
 
 
-def check_in(path: str, value: str, choices: tuple[str, ...]) -> None:
+def check_in(path: str, value: str, choices: Sequence[str]) -> None:
     if value not in choices:
         raise failure(path, value, f"expected one of {', '.join(choices)}")
 

@@ -1,164 +1,50 @@
-"""The domain contract and the records that flow through the co-evolution loop.
+"""The domain contract: what a benchmark supplies to the co-evolution loop and the evaluator.
 
 A domain (one benchmark) supplies seed tasks, the prompts of both policies, the parser/validator
-of the simulator's output, the environment step and the agent reward. Records are frozen,
-JSON-serialisable dataclasses with a schema version so pools written by one version can be read
-(or refused with a clear error) by another.
+of the simulator's output, the environment step and the agent reward; optionally its evaluation
+summary and DreamGym support. The records it exchanges with the loop are in `records.py`
+(re-exported here); the shared reading of simulator JSON is in `generation.py`.
 """
 
 from __future__ import annotations
 
 import abc
-import dataclasses
-import json
-from typing import Any, Callable, ClassVar, Mapping, Sequence
+from typing import Callable, ClassVar, Mapping, Sequence
 
+import numpy as np
+
+from genenv_jax.domains.experience import DomainSupport
+from genenv_jax.domains.records import (DIFFICULTY_DIRECTIONS, SCHEMA_VERSION, Invalid, Record, Rejection, ScoreResult,
+                                        StepOutcome, Task)
 from genenv_jax.text.chat_text import ChatPrompt, Message
 
-SCHEMA_VERSION = 1
-
-# Requested difficulty of a generated variant relative to its seed.
-DIFFICULTY_DIRECTIONS = ("easier", "similar", "harder")
-
-def _check_schema(cls_name: str, data: Mapping[str, Any]) -> None:
-    version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise ValueError(f"{cls_name}: schema_version {version!r} is not supported (this code reads "
-                         f"version {SCHEMA_VERSION})")
+__all__ = ["DIFFICULTY_DIRECTIONS", "SCHEMA_VERSION", "ChatPrompt", "Domain", "Environment", "Invalid", "Message",
+           "Record", "Rejection", "SPLITS", "ScoreResult", "SingleTurnEnvironment", "StepOutcome", "Task",
+           "check_difficulty", "curriculum_line", "last_assistant_text", "next_sibling", "split_of"]
 
 
-def _from_json(cls, data: Mapping[str, Any]):
-    if not isinstance(data, Mapping):
-        raise TypeError(f"{cls.__name__}.from_json: expected a JSON object, got {type(data).__name__}")
-    _check_schema(cls.__name__, data)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ValueError(f"{cls.__name__}.from_json: unknown fields {unknown}")
-    required = [f.name for f in dataclasses.fields(cls)
-                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-    missing = [n for n in required if n not in data]
-    if missing:
-        raise ValueError(f"{cls.__name__}.from_json: missing fields {missing}")
-    return cls(**dict(data))
+def check_difficulty(difficulty: str) -> None:
+    """A ValueError unless `difficulty` is one of DIFFICULTY_DIRECTIONS (the caller's curriculum picks it)."""
+    if difficulty not in DIFFICULTY_DIRECTIONS:
+        raise ValueError(f"difficulty {difficulty!r} not in {DIFFICULTY_DIRECTIONS}")
 
 
-class _Record:
-    """JSON round-trip shared by the record types."""
+def curriculum_line(recent_success: Sequence[float], alpha: float, difficulty: str, *, solver: str = "The agent",
+                    doing: str = "solves tasks", count: bool = True) -> str:
+    """The simulator prompt's sentence on the curriculum: the solver's recent success on the seed
+    against the target `alpha` (after checking `difficulty`). The domain adds its own guidance for
+    the difficulty it was asked for.
 
-    def to_json(self) -> dict[str, Any]:
-        return json.loads(json.dumps(dataclasses.asdict(self)))
-
-    def dumps(self) -> str:
-        return json.dumps(self.to_json(), ensure_ascii=False, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]):
-        return _from_json(cls, data)
-
-    @classmethod
-    def loads(cls, text: str):
-        return cls.from_json(json.loads(text))
-
-
-@dataclasses.dataclass(frozen=True)
-class Task(_Record):
-    """A task an agent attempts: what it is shown (`prompt`) and what verifies it (`verifier`).
-
-    `prompt` and `verifier` are domain-defined JSON objects. Seeds have `parent_id=None`;
-    a generated variant names the seed it came from and the difficulty direction it was asked for.
+    "The agent currently solves tasks like this one 75% of the time (last 4 measurements); the target is 50%."
+    ("(last n measurements)" only with `count`), or, before any measurement,
+    "The agent's success rate on this seed has not been measured yet; the target is 50%."
     """
-
-    domain: str
-    task_id: str
-    category: str
-    prompt: dict[str, Any]
-    verifier: dict[str, Any]
-    parent_id: str | None = None
-    difficulty: str | None = None
-    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
-    schema_version: int = SCHEMA_VERSION
-
-    def __post_init__(self):
-        if not self.task_id:
-            raise ValueError("Task.task_id must be non-empty")
-        if self.difficulty is not None and self.difficulty not in DIFFICULTY_DIRECTIONS:
-            raise ValueError(f"Task.difficulty {self.difficulty!r} not in {DIFFICULTY_DIRECTIONS}")
-
-    @property
-    def is_seed(self) -> bool:
-        return self.parent_id is None
-
-
-@dataclasses.dataclass(frozen=True)
-class Rejection(_Record):
-    """A simulator generation that did not become a task, with a reason code for counting."""
-
-    domain: str
-    reason: str
-    detail: str
-    seed_id: str | None
-    raw_text: str
-    schema_version: int = SCHEMA_VERSION
-
-
-@dataclasses.dataclass(frozen=True)
-class Rollout(_Record):
-    """One agent attempt at a task: the transcript (agent turns and observations) and its reward."""
-
-    domain: str
-    task_id: str
-    transcript: list[Message]
-    reward: float
-    details: dict[str, Any] = dataclasses.field(default_factory=dict)
-    schema_version: int = SCHEMA_VERSION
-
-    @property
-    def final_response(self) -> str:
-        """Content of the last assistant message ('' if there is none)."""
-        return last_assistant_text(self.transcript)
-
-
-@dataclasses.dataclass(frozen=True)
-class StepOutcome:
-    """The environment's answer to one agent turn.
-
-    observation: the messages the agent sees next (tool results as role "tool", the next user turn
-      as role "user"); empty when `done`. info: per-step facts to count, e.g.
-      {"errors": {"unknown_method": 1}} for calls the environment refused.
-    """
-
-    observation: list[Message]
-    done: bool
-    info: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-    def __post_init__(self):
-        if not self.done and not self.observation:
-            raise ValueError("StepOutcome: an episode that goes on needs an observation")
-
-
-@dataclasses.dataclass(frozen=True)
-class ScoreResult:
-    """R_agent in [0, 1] with the verifier's explanation (kept in rollout details and eval reports)."""
-
-    reward: float
-    details: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-
-def difficulty_direction(recent_success: Sequence[float], alpha: float = 0.5, band: float = 0.1) -> str:
-    """Which way to move a seed's difficulty so the agent's success rate approaches `alpha`.
-
-    `recent_success` holds the agent's recent success rates (p_hat) on the seed or its variants;
-    above `alpha + band` asks for harder variants, below `alpha - band` for easier ones.
-    """
+    check_difficulty(difficulty)
     if not recent_success:
-        return "similar"
-    p = sum(recent_success) / len(recent_success)
-    if p > alpha + band:
-        return "harder"
-    if p < alpha - band:
-        return "easier"
-    return "similar"
+        return f"{solver}'s success rate on this seed has not been measured yet; the target is {alpha:.0%}."
+    rate = sum(recent_success) / len(recent_success)
+    measured = f" (last {len(recent_success)} measurements)" if count else ""
+    return f"{solver} currently {doing} like this one {rate:.0%} of the time{measured}; the target is {alpha:.0%}."
 
 
 SPLITS = ("train", "validation", "test")
@@ -240,9 +126,24 @@ class Domain(abc.ABC):
     name: ClassVar[str]
     rejection_reasons: ClassVar[tuple[str, ...]]
 
-    @abc.abstractmethod
     def seeds(self, split: str) -> list[Task]:
-        """Seed tasks of a split ('train', 'validation', 'test' or 'all')."""
+        """Seed tasks of a split ('train', 'validation', 'test' or 'all'), in a fixed order. Built once
+        by `load_seeds` and cached on the domain."""
+        cached = self.__dict__.get("_seed_cache")
+        if cached is None:
+            cached = self.__dict__["_seed_cache"] = list(self.load_seeds())
+        return split_of(cached, split)
+
+    def load_seeds(self) -> list[Task]:
+        """Every seed task, each with `metadata["split"]`; `seeds` calls it once. A domain implements
+        this (or overrides `seeds` itself)."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither load_seeds() nor seeds()")
+
+    def reject(self, invalid: Invalid, seed: Task | None, text: str) -> Rejection:
+        """The Rejection of simulator text `text` for `invalid`'s reason (one of `rejection_reasons`)."""
+        if invalid.reason not in self.rejection_reasons:
+            raise ValueError(f"{self.name}: rejection reason {invalid.reason!r} is not in its rejection_reasons")
+        return Rejection.of(invalid, self.name, seed, text)
 
     @abc.abstractmethod
     def simulator_prompt(self, seed: Task, recent_success: Sequence[float] = (), difficulty: str = "similar",
@@ -250,9 +151,9 @@ class Domain(abc.ABC):
         """Prompt asking the simulator for one new variant of `seed`, `difficulty` relative to it.
 
         The caller owns the curriculum: it picks `difficulty` (one of DIFFICULTY_DIRECTIONS, e.g.
-        `difficulty_direction(recent_success, alpha, k_min)`) and passes its target success rate
-        `alpha`; `recent_success` is the agent's recent success rates on this seed, for the prompt
-        to show. The domain only phrases them.
+        `rl.curriculum.difficulty_direction(recent_success, alpha, k_min)`) and passes its target
+        success rate `alpha`; `recent_success` is the agent's recent success rates on this seed, for
+        the prompt to show. The domain only phrases them (`curriculum_line`).
         """
 
     @abc.abstractmethod
@@ -284,6 +185,22 @@ class Domain(abc.ABC):
         """The agent texts of an ideal episode (SFT warm-start demonstrations): one turn by default;
         multi-turn domains list every agent turn, and the environment supplies the observations."""
         return [self.reference_response(task)]
+
+    def summary(self, per_category: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+        """The evaluation's aggregates of {category: {"n", "correct", "accuracy", ...}}. Default: the
+        unweighted mean of category accuracies and the item-weighted (micro) accuracy; a benchmark
+        overrides it to report its own published aggregates."""
+        if not per_category:
+            return {}
+        n = sum(r["n"] for r in per_category.values())
+        return {"overall": float(np.mean([r["accuracy"] for r in per_category.values()])),
+                "overall_micro": sum(r["correct"] for r in per_category.values()) / n}
+
+    def dreamgym(self) -> DomainSupport | None:
+        """DreamGym's pieces for this domain (`domains/experience.py`), or None (the default) when an
+        experience model cannot stand in for its environment. May raise a ConfigError naming an
+        option that rules it out."""
+        return None
 
     @abc.abstractmethod
     def reference_generation(self, seed: Task, sibling: Task | None = None) -> str:

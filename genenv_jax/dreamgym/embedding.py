@@ -1,6 +1,6 @@
 """Text embeddings for the DreamGym replay buffer: the mean of a Qwen2 model's final hidden states
 over a text's tokens, L2-normalised, so retrieval is cosine similarity in the experience model's
-own representation (PAPERS.md section 2: the top-k real transitions most similar to (s_t, a_t)).
+own representation (DreamGym: the top-k real transitions most similar to (s_t, a_t)).
 
 Texts are batched by length and padded to (batch bucket, length bucket) shapes, so one jitted
 program serves each bucket pair and their number stays small. Padding is masked out of the
@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from genenv_jax.core.bucketing import length_bucket, next_power_of_two
-from genenv_jax.dreamgym.transitions import Transition
+from genenv_jax.domains.experience import Transition
 from genenv_jax.models.config import ModelConfig
 from genenv_jax.models.params import Params
 from genenv_jax.models.qwen2 import hidden_states

@@ -15,52 +15,11 @@ predicted step is kept as a synthetic transition for the replay buffer.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol, Sequence
+from typing import Any, Sequence
 
-from genenv_jax.domains.base import ChatPrompt, Message, ScoreResult, StepOutcome, Task
+from genenv_jax.domains.base import ScoreResult, StepOutcome, Task
 from genenv_jax.dreamgym.predictor import Predictor, Query
-from genenv_jax.dreamgym.transitions import Transition
-
-
-@dataclasses.dataclass(frozen=True)
-class Move:
-    """What one agent reply asks of the environment.
-
-    `action` is the step as the experience model sees it (None: the reply names no action the
-    domain can read, a failure state with reason `failure`). `scripted` is (next state, messages)
-    when the domain answers the step itself without the model. `rewarded` False: the predicted
-    reward of this step is ignored (recorded as 0); `final` True: the episode ends after this step,
-    its predicted reward being the outcome.
-    """
-
-    action: str | None
-    scripted: tuple[str, list[Message]] | None = None
-    rewarded: bool = True
-    final: bool = False
-    failure: str = "invalid_action"
-
-
-class SyntheticEpisode(Protocol):
-    """One episode's domain side: its first prompt and state, and how agent replies become steps."""
-
-    first: ChatPrompt        # the agent's first prompt (the real environment's own)
-    state: str               # the first state as the experience model sees it
-    task_text: str           # the task as the experience model sees it
-    max_steps: int           # predicted and scripted steps before the episode ends
-
-    def move(self, agent_text: str) -> Move:
-        """The step an agent reply asks for (called once per reply, in order)."""
-
-    def observation(self, next_state: str) -> list[Message] | None:
-        """The messages the agent is shown for a predicted state; None when the domain cannot show
-        it (e.g. not one tool result per call): a failure state."""
-
-
-class SyntheticAdapter(Protocol):
-    """What a domain supplies for synthetic episodes."""
-
-    def start(self, task: Task) -> SyntheticEpisode:
-        """A fresh episode of `task`."""
+from genenv_jax.domains.experience import Move, SyntheticAdapter, SyntheticEpisode, Transition
 
 
 @dataclasses.dataclass

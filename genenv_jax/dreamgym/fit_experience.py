@@ -109,11 +109,11 @@ def collect_split(domain, split: str, s: FitSettings):
 
 def tokenizer_texts(transitions, settings) -> list[str]:
     """Every train prompt (without demos) and reply rendered in the chat format, plus the raw states."""
-    from genenv_jax.dreamgym import experience_model
-    from genenv_jax.text.small_tokenizer import _TemplateOnly
+    from genenv_jax.dreamgym import experience_text as experience_model
+    from genenv_jax.text.small_tokenizer import TemplateOnly
     from genenv_jax.text.tokenization import IM_END, render_chat
 
-    template = _TemplateOnly()
+    template = TemplateOnly()
     texts = []
     for t in transitions:
         p = experience_model.transition_prompt(t, [], settings)
@@ -127,15 +127,14 @@ def run(s: FitSettings, workdir: Path) -> dict:
     import numpy as np
 
     from genenv_jax.text.chat_text import ChatText
-    from genenv_jax.dreamgym import experience_model
+    from genenv_jax.dreamgym import experience_text as experience_model
     from genenv_jax.dreamgym.domains import domain_support
-    from genenv_jax.loop import experience_sft as training
-    from genenv_jax.dreamgym.embedding import Embedder, transition_key_text
-    from genenv_jax.dreamgym.predictor import Predictor, Query, Retrieval, accuracy, baseline_predictions
-    from genenv_jax.dreamgym.replay import ReplayBuffer
+    from genenv_jax.dreamgym import sft as training
+    from genenv_jax.dreamgym.model import ExperienceModel
+    from genenv_jax.dreamgym.predictor import Query, accuracy, baseline_predictions
     from genenv_jax.models import init_params, preset
     from genenv_jax.workdir.pools import Pool
-    from genenv_jax.rl import OptimizerConfig, RWRConfig, make_optimizer, make_rwr_step
+    from genenv_jax.rl.rwr import make_sft_step
     from genenv_jax.sampling import Sampler
     from genenv_jax.text.small_tokenizer import small_tokenizer_once
 
@@ -157,19 +156,14 @@ def run(s: FitSettings, workdir: Path) -> dict:
 
     cfg = preset(s.preset, param_dtype="float32", dtype="float32")
     params = init_params(cfg, jax.random.key(s.seed))
-    embedder = Embedder(cfg, jax.tree.map(lambda x: x.copy(), params), text)  # frozen: SFT donates `params`
     pool_root = workdir / "replay"  # rebuilt every run: embedding the train transitions takes seconds
     shutil.rmtree(pool_root, ignore_errors=True)
-    buffer = ReplayBuffer(Pool(pool_root, "replay"))
-    buffer.add(train_t, embedder([transition_key_text(t) for t in train_t]))
-    buffer.commit(0)
-    retrieval = Retrieval(buffer, embedder, top_k=s.top_k) if s.top_k > 0 else None
+    model = ExperienceModel.build(text, cfg, params, train_t, Pool(pool_root, "replay"), prompt_settings,
+                                  top_k=s.top_k, max_prompt_len=s.max_prompt_len)
+    model.buffer.commit(0)
 
-    rows = training.sft_rows(text, train_t, retrieval, prompt_settings, s.max_prompt_len)
-    sft = make_rwr_step(cfg, make_optimizer(OptimizerConfig(learning_rate=s.learning_rate, weight_decay=0.0,
-                                                            grad_clip=1.0)),
-                        RWRConfig(reward_lambda=0.0, weight_norm="none", kl_coef=0.0, chunk_size=64))
-    train_fn, state_of = training.bare_sft(sft)
+    rows = model.sft_rows()
+    train_fn, state_of = training.bare_sft(make_sft_step(cfg, s.learning_rate, chunk_size=64))
     t1 = time.time()
     state, sft_metrics = training.train(train_fn, state_of(params), rows, steps=s.steps, batch_size=s.batch_size,
                                         rows_multiple=1, seed=s.seed, pad_id=text.pad_id, show_progress=True)
@@ -183,7 +177,7 @@ def run(s: FitSettings, workdir: Path) -> dict:
         return sampler.generate(placed, prompts, max_new_tokens=s.max_new_tokens, temperature=0.0, seed=seed,
                                 stop_tokens=text.stop_ids, slots=min(64, len(prompts)))
 
-    predictor = Predictor(text, sample, prompt_settings, retrieval, s.max_prompt_len)
+    predictor = model.predictor(sample)
     t2 = time.time()
     predictions, counts = predictor.predict([Query.of(t) for t in heldout_t], seed=0)
     t_eval = time.time() - t2

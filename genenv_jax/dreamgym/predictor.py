@@ -10,11 +10,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from genenv_jax.text.chat_text import ChatText
-from genenv_jax.dreamgym import experience_model
+from genenv_jax.dreamgym import experience_text as experience_model
 from genenv_jax.dreamgym.embedding import Embedder, key_text
-from genenv_jax.dreamgym.experience_model import Prediction, PromptSettings
+from genenv_jax.dreamgym.experience_text import Prediction, PromptSettings
 from genenv_jax.dreamgym.replay import ReplayBuffer
-from genenv_jax.dreamgym.transitions import Transition
+from genenv_jax.domains.experience import Transition
 from genenv_jax.sampling import SampleOutput
 
 # sample(prompt ids, seed) -> one SampleOutput row per prompt, in order
@@ -56,6 +56,26 @@ class Retrieval:
         return [[self.buffer[i] for i in row] for row in found]
 
 
+def query_prompts(text: ChatText, queries: Sequence[Query], settings: PromptSettings, retrieval: Retrieval | None,
+                  max_prompt_len: int) -> list[list[int]]:
+    """The experience model's prompt ids for each query, with the demos `retrieval` finds: demos,
+    then the oldest history steps, are dropped until a prompt fits `max_prompt_len` (one that
+    cannot fit is returned as it is, longer)."""
+    demos = retrieval.demos(queries) if retrieval is not None else [[] for _ in queries]
+    out = []
+    for q, shown in zip(queries, demos):
+        while True:  # drop demos, then history, until the prompt fits
+            ids = text.prompt(experience_model.prompt(q.task, q.history, q.state, q.action, shown, settings))
+            if len(ids) <= max_prompt_len or not (shown or q.history):
+                break
+            if shown:
+                shown = shown[:-1]
+            else:
+                q = dataclasses.replace(q, history=q.history[1:])
+        out.append(ids)
+    return out
+
+
 @dataclasses.dataclass
 class Predictor:
     """Prompts, retrieves, samples and parses for a batch of queries (`sample` closes over the
@@ -68,20 +88,7 @@ class Predictor:
     max_prompt_len: int
 
     def prompts(self, queries: Sequence[Query]) -> list[list[int]]:
-        demos = self.retrieval.demos(queries) if self.retrieval is not None else [[] for _ in queries]
-        out = []
-        for q, shown in zip(queries, demos):
-            while True:  # drop demos, then history, until the prompt fits
-                ids = self.text.prompt(experience_model.prompt(q.task, q.history, q.state, q.action, shown,
-                                                               self.settings))
-                if len(ids) <= self.max_prompt_len or not (shown or q.history):
-                    break
-                if shown:
-                    shown = shown[:-1]
-                else:
-                    q = dataclasses.replace(q, history=q.history[1:])
-            out.append(ids)
-        return out
+        return query_prompts(self.text, queries, self.settings, self.retrieval, self.max_prompt_len)
 
     def predict(self, queries: Sequence[Query], seed: int) -> tuple[list[Prediction], dict[str, Any]]:
         """One prediction per query (a prompt that cannot fit is a failed prediction) and counts."""

@@ -1,6 +1,6 @@
 """The DreamGym replay buffer: transitions with their embeddings, from which the experience model's
-prompt retrieves the top-k real transitions most similar to the current (s_t, a_t) (PAPERS.md
-section 2). Seeded offline with real transitions, it grows online.
+prompt retrieves the top-k real transitions most similar to the current (s_t, a_t) (the DreamGym
+paper; docs/dreamgym.md). Seeded offline with real transitions, it grows online.
 
 Held in memory, persisted through a `genenv_jax.workdir.pools.Pool`: one shard per epoch (`commit`), so the
 loop's checkpoint manifests and `Pool.roll_back_to` cover it like the other pools, and a resumed
@@ -22,7 +22,7 @@ from typing import Any, Callable, Collection, Mapping, Sequence, Union
 
 import numpy as np
 
-from genenv_jax.dreamgym.transitions import REAL_SOURCES, SOURCES, Transition
+from genenv_jax.domains.experience import REAL_SOURCES, SOURCES, Transition
 from genenv_jax.workdir.pools import Pool
 
 RECORD_VERSION = 1

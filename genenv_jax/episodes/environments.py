@@ -6,11 +6,11 @@ episode ids; a failure (an exception in the environment, a worker that died) com
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import multiprocessing as mp
 import traceback
 from typing import Any, Mapping, Sequence
 
+from genenv_jax.domains import build_domain
 from genenv_jax.domains.base import Domain, Environment, Task
 from genenv_jax.parallel.processes import broadcast_object, is_multiprocess, is_writer
 
@@ -23,12 +23,6 @@ class EnvFailure:
 
     reason: str
     detail: str = ""
-
-
-def load_domain(ref: str, options: Mapping[str, Any]) -> Domain:
-    """A domain from its registry reference "module:Class" (importable in a fresh worker process)."""
-    module_name, cls_name = ref.split(":")
-    return getattr(importlib.import_module(module_name), cls_name)(**options)
 
 
 def _answer(domain: Domain, envs: dict[int, Environment], op: str, episode: int, payload: Any) -> Any:
@@ -64,7 +58,7 @@ class LocalEnvironments:
 
 
 def _worker_main(conn, domain_ref: str, options: Mapping[str, Any]) -> None:
-    domain = load_domain(domain_ref, options)
+    domain = build_domain(domain_ref, options)
     envs: dict[int, Environment] = {}
     while True:
         try:

@@ -1,7 +1,8 @@
 """The co-evolution loop: typed state, task sources, rollouts, updates, records, checkpoint/resume."""
 
 from genenv_jax.loop.coevolution import POOLS, CoEvolution
-from genenv_jax.loop.policy import NonFiniteLossError, Policy
-from genenv_jax.loop.state import LoopState, PolicyState, SeedStats
+from genenv_jax.loop.policy import Policy
+from genenv_jax.loop.state import LoopState, SeedStats
+from genenv_jax.rl.batches import NonFiniteLossError, PolicyState
 
 __all__ = ["CoEvolution", "LoopState", "NonFiniteLossError", "POOLS", "Policy", "PolicyState", "SeedStats"]

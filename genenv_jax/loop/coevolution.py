@@ -24,26 +24,28 @@ import time
 
 from tqdm.auto import tqdm
 
-from genenv_jax import curriculum
+from genenv_jax.rl import curriculum
 from genenv_jax.workdir import storage
 from genenv_jax.workdir.checkpoints import Checkpointer
 from genenv_jax.domains import DOMAINS, get_domain
 from genenv_jax.episodes import open_environments
 from genenv_jax.loop import learning, records, shared_pools
 from genenv_jax.text.chat_text import ChatText
+from genenv_jax.dreamgym.domains import domain_support
 from genenv_jax.loop.context import LoopContext, training_seeds
 from genenv_jax.loop.experience import ExperienceWorld, default_cache_dir
 from genenv_jax.loop.heldout import HeldOut
+from genenv_jax.loop.mode import Mode
 from genenv_jax.loop.persistence import check_config_change, load_state, save_state
 from genenv_jax.loop.policy import Policy, build_policy, copy_params
 from genenv_jax.loop.rollouts import rollouts
 from genenv_jax.loop.state import RECENT_SUCCESS_KEPT, LoopState, SeedStats
-from genenv_jax.loop.tasks import (CurriculumTasks, GeneratedTasks, StaticTasks, TaskGenerator, agent_tasks,
-                                   replay_tasks)
+from genenv_jax.loop.tasks import (CurriculumTasks, GeneratedTasks, StaticTasks, TaskGenerator, TaskSource,
+                                   agent_tasks, replay_tasks)
 from genenv_jax.loop.warmstart_cache import cached_warmstart, warmstart_key
 from genenv_jax.workdir.metrics import MetricsWriter, plot_curves, read_metrics, summary_table, truncate_metrics
 from genenv_jax.parallel import barrier, broadcast_object, check_same_on_all, is_writer, make_mesh
-from genenv_jax.run_config import RunConfig
+from genenv_jax.configs.run_config import RunConfig
 from genenv_jax.sampling import Sampler
 from genenv_jax.workdir.lock import WorkdirLock, WorkdirLockedError
 
@@ -61,8 +63,8 @@ class CoEvolution:
         self.mesh = make_mesh(config.mesh)
         text = ChatText.load(config.tokenizer_dir or config.agent.model_dir or None)
         domain = get_domain(config.domain.name, **config.domain.options)
-        if config.mode == "dreamgym":
-            from genenv_jax.dreamgym.domains import domain_support
+        self.mode = Mode.of(config)
+        if self.mode.needs_dreamgym:
             domain_support(domain)  # a domain without DreamGym's pieces fails here, before any work
         self.ctx = LoopContext(config, domain, text, training_seeds(config, domain, text))
         samplers: dict = {}
@@ -80,15 +82,13 @@ class CoEvolution:
         self.environments = open_environments(domain, DOMAINS[config.domain.name], config.domain.options,
                                               config.episodes.env_workers)
         self.world = None  # mode=dreamgym with synthetic epochs: the experience model's side
-        world = config.mode == "dreamgym" and config.dreamgym.any_synthetic
+        world = self.mode.synthetic_epochs
         self.pools = shared_pools.open_pools(self.workdir / "pools", POOLS + ((REPLAY_POOL,) if world else ()))
         generator = TaskGenerator(self.ctx, self.simulator)
-        if config.mode == "static":
-            self.task_source = StaticTasks(self.ctx, generator, self.pools["static_tasks"])
-        elif config.mode == "dreamgym":
-            self.task_source = CurriculumTasks(self.ctx, generator)
-        else:
-            self.task_source = GeneratedTasks(self.ctx, generator)
+        self.task_source: TaskSource = {
+            "static": lambda: StaticTasks(self.ctx, generator, self.pools["static_tasks"]),
+            "curriculum": lambda: CurriculumTasks(self.ctx, generator),
+            "generated": lambda: GeneratedTasks(self.ctx, generator)}[self.mode.task_source]()
         if world:
             experience = policy(config.experience, config.experience.optimizer.learning_rate)  # SFT only
             self.world = ExperienceWorld(self.ctx, experience, self.pools[REPLAY_POOL],
@@ -96,6 +96,7 @@ class CoEvolution:
         self.heldout = HeldOut(self.ctx, self.agent, self.environments)
         self.checkpointer = Checkpointer(self.workdir / "checkpoints", max_to_keep=config.checkpoint.keep)
         self.warmstart_metrics: dict[str, float] = {}
+        self.final_state: LoopState | None = None  # set when `run` ends
 
     # ------------------------------------------------------------------ state
     def initial_weights(self):
@@ -166,7 +167,7 @@ class CoEvolution:
         groups, episode_stats = rollouts(ctx, self.agent, state.agent.params, envs, tasks + replay,
                                          [False] * len(tasks) + [True] * len(replay), epoch, counters)
         world_metrics = {} if self.world is None else self.world.observe(synthetic, groups)
-        if c.mode == "dreamgym":
+        if self.mode.needs_dreamgym:
             world_metrics["dreamgym/synthetic_epoch"] = float(synthetic)
         t_roll = time.time()
 
@@ -184,7 +185,7 @@ class CoEvolution:
         # 7. GRPO on the agent; 8. RWR on the simulator with in-band tasks (genenv mode only).
         state.agent, agent_metrics = learning.update_agent(ctx, self.agent, state.agent, groups, epoch)
         simulator_metrics = {}
-        if c.mode == "genenv":
+        if self.mode.trains_simulator:
             state.simulator, simulator_metrics = learning.update_simulator(
                 ctx, self.simulator, state.simulator, gens, {t: s.r_env for t, s in by_task.items()},
                 {t: s.in_band for t, s in by_task.items()}, epoch)
@@ -202,7 +203,7 @@ class CoEvolution:
         times = {"generate_s": t_gen - t0, "rollouts_s": t_roll - t_gen, "updates_s": t_upd - t_roll,
                  "heldout_s": time.time() - t_upd}
         episodes = [ep for g in groups for ep in g.episodes]
-        generated = None if c.mode in ("static", "dreamgym") else len(gens)  # dreamgym counts its own
+        generated = len(gens) if self.mode.counts_generations else None
         return records.epoch_metrics(gens=gens, generated=generated, groups=groups, scores=scores,
                                      replayed=len(replay), times=times) | episode_stats.metrics(
             episodes) | dict(counters) | agent_metrics | simulator_metrics | world_metrics | heldout

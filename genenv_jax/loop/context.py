@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 from genenv_jax.text.chat_text import ChatText
 from genenv_jax.domains.base import Domain, Task
 from genenv_jax.parallel import is_writer
-from genenv_jax.run_config import RunConfig
+from genenv_jax.configs.run_config import RunConfig
 
 # Streams of `epoch_seed`: one per random choice an epoch makes, so each is replayed exactly on resume.
 (STREAM_SEEDS, STREAM_GENERATE, STREAM_STATIC, STREAM_REPLAY, STREAM_ROLLOUTS, STREAM_GRPO, STREAM_RWR,

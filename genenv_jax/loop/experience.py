@@ -19,17 +19,17 @@ from typing import Any, Mapping, Sequence
 
 from genenv_jax.workdir import storage
 from genenv_jax.workdir.checkpoint_digests import json_digest
-from genenv_jax.loop import experience_sft
+from genenv_jax.dreamgym import sft as experience_sft
 from genenv_jax.dreamgym.domains import OfflineSettings, domain_support, run_rng_key
 from genenv_jax.dreamgym.embedding import Embedder, transition_key_text
 from genenv_jax.dreamgym.environments import SyntheticEnvironments
-from genenv_jax.dreamgym.experience_model import PromptSettings
-from genenv_jax.dreamgym.predictor import Predictor, Retrieval
+from genenv_jax.dreamgym.model import ExperienceModel
+from genenv_jax.dreamgym.experience_text import PromptSettings
 from genenv_jax.dreamgym.replay import ReplayBuffer
-from genenv_jax.dreamgym.transitions import Transition
+from genenv_jax.domains.experience import Transition
 from genenv_jax.loop.context import STREAM_EXPERIENCE, STREAM_EXPERIENCE_SFT, LoopContext, epoch_seed
-from genenv_jax.loop.policy import Policy, copy_params
-from genenv_jax.loop.updates import TrainRow
+from genenv_jax.loop.policy import Policy
+from genenv_jax.rl.batches import TrainRow
 from genenv_jax.loop.warmstart_cache import cached_warmstart
 from genenv_jax.workdir.pools import Pool
 
@@ -59,6 +59,7 @@ class ExperienceWorld:
         self.support = domain_support(ctx.domain)
         self.prompt_settings = PromptSettings(max_history=self.settings.max_history, reasoning=self.settings.reasoning,
                                               environment=self.support.environment)
+        self.model: ExperienceModel | None = None  # built by `start`
         self.buffer: ReplayBuffer | None = None
         self.environments: SyntheticEnvironments | None = None
         self.embedder: Embedder | None = None
@@ -77,34 +78,25 @@ class ExperienceWorld:
         c, ctx = self.ctx.config, self.ctx
         t0 = time.time()
         initial = self.policy.initial_params(c.init_seed + EXPERIENCE_INIT_OFFSET)
-        self.embedder = Embedder(self.policy.cfg, copy_params(initial), ctx.text)  # frozen: SFT donates `initial`
-        offline = self.offline_transitions()
-        vectors = self.embedder([transition_key_text(t) for t in offline])  # [N, D]
+        self.model = ExperienceModel.build(ctx.text, self.policy.cfg, initial, self.offline_transitions(), self.pool,
+                                           self.prompt_settings, top_k=self.settings.top_k,
+                                           max_prompt_len=self.policy.settings.sampling.max_prompt_len)
+        self.buffer, self.embedder = self.model.buffer, self.model.embedder
         t_collect = time.time() - t0
-        self.buffer = ReplayBuffer.open(self.pool, dim=self.embedder.dim)
-        if len(self.buffer) == 0:
-            self.buffer.add(offline, vectors)
-        params, metrics = self._fit(initial, offline, vectors)
+        params, metrics = self._fit(initial)
         self._placed = self.policy.sampler.prepare_params(params)
-        s = self.settings
-        retrieval = (Retrieval(self.buffer, self.embedder, top_k=s.top_k, real_only=s.retrieve_real_only)
-                     if s.top_k > 0 else None)
-        predictor = Predictor(ctx.text, self._sample, self.prompt_settings, retrieval,
-                              self.policy.settings.sampling.max_prompt_len)
+        predictor = self.model.predictor(self._sample, real_only=self.settings.retrieve_real_only)
         self.environments = SyntheticEnvironments(self.support.adapter(ctx.domain), predictor, ctx.domain.name)
+        offline = len(self.model.offline)
         logging.info("dreamgym: %d offline transitions, replay buffer %d, experience model ready in %.1f s",
-                     len(offline), len(self.buffer), time.time() - t0)
-        return metrics | {"experience/offline_transitions": float(len(offline)),
+                     offline, len(self.buffer), time.time() - t0)
+        return metrics | {"experience/offline_transitions": float(offline),
                           "time/experience_collect_s": t_collect, "time/experience_setup_s": time.time() - t0}
 
-    def _fit(self, initial, offline: Sequence[Transition], vectors) -> tuple[Any, dict]:
+    def _fit(self, initial) -> tuple[Any, dict]:
         """The SFT'd experience weights: from the cache when this data and config were fitted before."""
         ctx, s = self.ctx, self.settings
-        sft_buffer = ReplayBuffer(self.pool)  # in memory only (never committed): offline transitions alone
-        sft_buffer.add(offline, vectors)
-        retrieval = Retrieval(sft_buffer, self.embedder, top_k=s.top_k, real_only=True) if s.top_k > 0 else None
-        rows = experience_sft.sft_rows(ctx.text, offline, retrieval, self.prompt_settings,
-                                 self.policy.settings.sampling.max_prompt_len)
+        rows = self.model.sft_rows()
 
         def train():
             state, metrics = experience_sft.train(

@@ -4,7 +4,7 @@ GRPO on the agent's rollout groups, RWR on the simulator's in-band generations, 
 from __future__ import annotations
 
 import logging
-from typing import Iterator, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -14,9 +14,8 @@ from genenv_jax.loop.context import (STREAM_GRPO, STREAM_RWR, STREAM_WARMSTART_A
                                      LoopContext, epoch_seed)
 from genenv_jax.loop.policy import Policy
 from genenv_jax.loop.rollouts import RolloutGroup
-from genenv_jax.loop.state import PolicyState
 from genenv_jax.loop.tasks import Generation
-from genenv_jax.loop.updates import TrainRow, batch_shape, summarise, train_steps
+from genenv_jax.rl.batches import PolicyState, TrainRow, batch_shape, shuffled_batches, summarise, train_steps
 from genenv_jax.rl import grpo_advantages
 
 
@@ -122,17 +121,6 @@ def _simulator_targets(ctx: LoopContext, seeds: Sequence[Task]) -> dict[str, str
                           key=lambda s: (length[s.task_id], s.task_id))
         targets[seed.task_id] = domain.reference_generation(seed, siblings[0] if siblings else None)
     return targets
-
-
-def shuffled_batches(count: int, batch_size: int, steps: int, seed: int) -> Iterator[list[int]]:
-    """`steps` batches of example indices, each epoch over the examples in a fresh order."""
-    rng = np.random.default_rng(seed)
-    order: list[int] = []
-    for _ in range(steps):
-        while len(order) < batch_size:
-            order.extend(rng.permutation(count).tolist())
-        picked, order = order[:batch_size], order[batch_size:]
-        yield picked
 
 
 def warmstart(ctx: LoopContext, policy: Policy, params, examples: Sequence[TrainRow]) -> tuple[object, dict]:

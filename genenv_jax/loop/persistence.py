@@ -7,9 +7,10 @@ import logging
 from typing import Any, Mapping
 
 from genenv_jax.workdir.checkpoints import Checkpointer, resume
-from genenv_jax.loop.state import POLICIES, LoopState, PolicyState
+from genenv_jax.loop.state import POLICIES, LoopState
+from genenv_jax.rl.batches import PolicyState
 from genenv_jax.workdir.pools import Pool
-from genenv_jax.run_config import ConfigError, RunConfig
+from genenv_jax.configs.run_config import ConfigError, RunConfig
 
 
 def save_state(checkpointer: Checkpointer, state: LoopState, pools: Mapping[str, Pool], config: RunConfig) -> None:

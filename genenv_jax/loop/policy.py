@@ -17,20 +17,17 @@ import numpy as np
 from jax.sharding import Mesh
 from tqdm.auto import tqdm
 
-from genenv_jax.loop.state import PolicyState
 from genenv_jax.models import ModelConfig, init_params, param_shardings
 from genenv_jax.models.loading import load_model
 from genenv_jax.parallel import BATCH_AXES
-from genenv_jax.rl import (GRPOConfig, OptimizerConfig, RWRConfig, TrainStep, make_grpo_step, make_logprobs_fn,
+from genenv_jax.rl.batches import PolicyState, TrainFn, float_metrics, step_trainer
+from genenv_jax.rl.rwr import make_sft_step
+from genenv_jax.rl import (GRPOConfig, TrainStep, make_grpo_step, make_logprobs_fn,
                            make_optimizer, make_rwr_step)
-from genenv_jax.run_config import PolicySettings
+from genenv_jax.configs.run_config import PolicySettings
 from genenv_jax.sampling import SampleOutput, Sampler
 
 Params = Any
-
-
-class NonFiniteLossError(RuntimeError):
-    """An update produced a NaN/inf loss; the run stops before saving anything from this epoch."""
 
 
 def copy_params(params: Params) -> Params:
@@ -91,16 +88,11 @@ class Policy:
         params, opt_state, metrics = self.update(state.params, state.opt_state, placed)
         return state.replace(params=params, opt_state=opt_state), float_metrics(metrics, f"{self.name} update")
 
-    def sft_trainer(self) -> Callable[[PolicyState, Mapping[str, np.ndarray]], tuple[PolicyState, dict]]:
+    def sft_trainer(self) -> TrainFn:
         """A `train`-like function for warm-start SFT; its optimizer state lives only during warm-start."""
         if self.sft_step is None:
             raise RuntimeError(f"{self.name}: built without a warm-start step")
-        step = self.sft_step
-
-        def train(state: PolicyState, batch: Mapping[str, np.ndarray]):
-            params, opt_state, metrics = step(state.params, state.opt_state, step.place_batch(dict(batch)))
-            return state.replace(params=params, opt_state=opt_state), float_metrics(metrics, f"{self.name} warm-start")
-        return train
+        return step_trainer(self.sft_step, f"{self.name} warm-start")
 
     def sft_state(self, params: Params) -> PolicyState:
         return PolicyState(params=params, opt_state=self.sft_step.init_opt_state(params))
@@ -119,15 +111,6 @@ class Policy:
         if progress is not None:
             progress.update(len(prompts))
         return out
-
-
-def float_metrics(metrics: Mapping[str, Any], what: str) -> dict[str, float]:
-    """Update metrics as floats; NonFiniteLossError when the loss is NaN/inf (`what` names the update)."""
-    out = {k: float(v) for k, v in metrics.items()}
-    loss = out.get("loss")
-    if loss is not None and not math.isfinite(loss):
-        raise NonFiniteLossError(f"{what}: non-finite loss {loss}; metrics {out}")
-    return out
 
 
 def _empty_output(width: int) -> SampleOutput:
@@ -152,9 +135,7 @@ def build_policy(settings: PolicySettings, mesh: Mesh, sampler: Sampler, *,
         needs_reference = loss.needs_reference
     sft = None
     if warmstart_lr is not None:
-        sft_loss = RWRConfig(reward_lambda=0.0, weight_norm="none", kl_coef=0.0, chunk_size=loss.chunk_size)
-        sft_opt = make_optimizer(OptimizerConfig(learning_rate=warmstart_lr, weight_decay=0.0, grad_clip=1.0))
-        sft = make_rwr_step(cfg, sft_opt, sft_loss, mesh=mesh, micro_batches=micro)
+        sft = make_sft_step(cfg, warmstart_lr, chunk_size=loss.chunk_size, mesh=mesh, micro_batches=micro)
     reference = make_logprobs_fn(cfg, mesh, chunk_size=loss.chunk_size, temperature=loss.temperature,
                                  micro_batches=micro)
     batch_devices = math.prod(mesh.shape[a] for a in BATCH_AXES)

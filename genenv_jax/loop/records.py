@@ -11,7 +11,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from genenv_jax.workdir import storage
-from genenv_jax.curriculum import TaskScore
+from genenv_jax.rl.curriculum import TaskScore
 from genenv_jax.rl import rwr_weight
 from genenv_jax.loop.rollouts import RolloutGroup
 from genenv_jax.loop.tasks import Generation

@@ -5,21 +5,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-import flax.struct
+from genenv_jax.rl.batches import PolicyState
 
 PyTree = Any
 POLICIES = ("agent", "simulator")
 STATE_SCHEMA_VERSION = 2
 RECENT_SUCCESS_KEPT = 4  # per-seed success rates the simulator prompt shows
-
-
-@flax.struct.dataclass
-class PolicyState:
-    """One policy's arrays: params, optimizer state and the frozen KL reference (None until built)."""
-
-    params: PyTree
-    opt_state: PyTree
-    reference: PyTree | None = None
 
 
 @dataclasses.dataclass
@@ -56,12 +47,6 @@ class LoopState:
 
     def policy(self, name: str) -> PolicyState:
         return self.agent if name == "agent" else self.simulator
-
-    def set_policy(self, name: str, value: PolicyState) -> None:
-        if name == "agent":
-            self.agent = value
-        else:
-            self.simulator = value
 
     def checkpoint_arrays(self, with_references: bool) -> dict[str, PyTree]:
         """Array items to save; references only when they cannot be rebuilt from the config."""

@@ -9,8 +9,8 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from genenv_jax import curriculum
-from genenv_jax.domains.base import ChatPrompt, Rejection, Task, difficulty_direction
+from genenv_jax.rl import curriculum
+from genenv_jax.domains.base import ChatPrompt, Rejection, Task
 from genenv_jax.loop.context import (STREAM_GENERATE, STREAM_REPLAY, STREAM_SEEDS, STREAM_STATIC, STREAM_TOP_UP,
                                      LoopContext)
 from genenv_jax.loop.policy import Policy
@@ -68,7 +68,7 @@ def simulator_request(ctx: LoopContext, seed: Task, stats: dict[str, SeedStats])
     toward the curriculum's alpha, judged with its band k_min on the seed's recent success."""
     cur = ctx.config.curriculum
     recent = stats[seed.task_id].recent_success if seed.task_id in stats else []
-    direction = difficulty_direction(recent, cur.alpha, cur.k_min)
+    direction = curriculum.difficulty_direction(recent, cur.alpha, cur.k_min)
     return ctx.domain.simulator_prompt(seed, recent, direction, cur.alpha), direction
 
 

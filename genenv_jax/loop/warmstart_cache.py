@@ -20,7 +20,7 @@ import numpy as np
 from genenv_jax.workdir import storage
 from genenv_jax.workdir.checkpoint_digests import json_digest
 from genenv_jax.workdir.checkpoints import Checkpointer, CheckpointError
-from genenv_jax.loop.updates import TrainRow
+from genenv_jax.rl.batches import TrainRow
 
 
 def warmstart_key(snapshot: Mapping[str, Any], policy: str, init_seed: int, rows: Sequence[TrainRow]) -> str:

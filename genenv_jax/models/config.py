@@ -97,11 +97,6 @@ class ModelConfig:
         dtype_from_name(self.dtype)
 
     @property
-    def num_groups(self) -> int:
-        """Query heads per kv head (GQA group size)."""
-        return self.num_heads // self.num_kv_heads
-
-    @property
     def jnp_dtype(self) -> Any:
         return dtype_from_name(self.dtype)
 
@@ -231,7 +226,7 @@ PRESETS: dict[str, ModelConfig] = {
     "micro": ModelConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_layers=2,
                          num_heads=4, num_kv_heads=2, head_dim=8, rope_theta=10000.0,
                          bos_token_id=1, eos_token_id=2),
-    # The miniature study's agent/simulator (issue #13): ~3.3M params over the 512-piece study
+    # The miniature study's agent/simulator (docs/reproduction.md): ~3.3M params over the 512-piece study
     # tokenizer (`genenv_jax/text/small_tokenizer.py`: <|endoftext|> = 1, <|im_end|> = 3).
     "study-3m": ModelConfig(vocab_size=512, hidden_size=256, intermediate_size=768, num_layers=4,
                             num_heads=4, num_kv_heads=2, head_dim=64, rope_theta=10000.0,

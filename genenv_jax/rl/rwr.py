@@ -23,6 +23,7 @@ from jax.sharding import Mesh
 
 from genenv_jax.core.config_checks import check_choice
 from genenv_jax.models import ModelConfig
+from genenv_jax.rl.optim import OptimizerConfig, make_optimizer
 from genenv_jax.rl.logprobs import token_logprobs
 from genenv_jax.rl.losses import AGGREGATIONS, KL_ESTIMATORS, aggregate, kl_penalty, normalizer, token_count
 from genenv_jax.rl.step import TrainStep, build_train_step
@@ -208,3 +209,13 @@ def make_rwr_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, con
     gate = None if config.kl_threshold is None else _threshold_gate(config.kl_threshold, config.kl_threshold_mode)
     return build_train_step(cfg, optimizer, loss_fn, prepare, required, gate=gate, mesh=mesh,
                             micro_batches=micro_batches, rules=rules, donate=donate, rule="RWR")
+
+
+def make_sft_step(cfg: ModelConfig, learning_rate: float, chunk_size: int = 512, mesh: Mesh | None = None,
+                  micro_batches: int = 1) -> TrainStep:
+    """Supervised fine-tuning (the warm-starts, the experience model): RWR with unit weights
+    (reward_lambda 0, no normalisation) and no KL, under AdamW without weight decay and with the
+    gradient clipped at 1. The one SFT recipe of the package."""
+    optimizer = make_optimizer(OptimizerConfig(learning_rate=learning_rate, weight_decay=0.0, grad_clip=1.0))
+    loss = RWRConfig(reward_lambda=0.0, weight_norm="none", kl_coef=0.0, chunk_size=chunk_size)
+    return make_rwr_step(cfg, optimizer, loss, mesh=mesh, micro_batches=micro_batches)

@@ -28,10 +28,12 @@ from tqdm.auto import tqdm
 from genenv_jax.workdir import storage
 from genenv_jax.core.compilation_cache import persistent_compilation_cache
 from genenv_jax.core.config_checks import ConfigError
-from genenv_jax.main import _CONFIG, _WORKDIR, command_line_parser, die, one_line  # the flags main defines
-from genenv_jax.run_config import MODES
+from genenv_jax.cli import command_line_parser, config_flag, die, one_line, workdir_flag
+from genenv_jax.configs.run_config import MODES
 
 PROGRAM = "genenv_jax.study"
+_CONFIG = config_flag()
+_WORKDIR = workdir_flag("The study directory (one workdir per run, the report); default runs/study-<scale>.")
 _SCALE = flags.DEFINE_enum("scale", None, ["small", "large"], "The config's preset: small (2 CPU cores, "
                            "the default) or large (GPU/TPU). Same as configs/study.py:large.")
 _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Only rebuild the report from the runs' metrics.")
@@ -113,7 +115,7 @@ def run_study(study: ConfigDict, study_dir: str | os.PathLike, command: str = ""
 
     from genenv_jax.domains import get_domain
     from genenv_jax.loop import CoEvolution
-    from genenv_jax.run_config import RunConfig
+    from genenv_jax.configs.run_config import RunConfig
     from genenv_jax.study.report import write_report
 
     check_study(study)

@@ -1,4 +1,4 @@
-"""A small SentencePiece tokenizer for miniature study models (issue #13).
+"""A small SentencePiece tokenizer for miniature study models (docs/reproduction.md).
 
 `train_small_tokenizer(texts, out_dir)` trains a SentencePiece BPE model with byte fallback
 in-process on the given texts (a domain's prompts, answers and chat-format strings), a few
@@ -130,7 +130,7 @@ def domain_training_texts(domain, tokenizer_for_chat=None, splits=("train",)) ->
     for t in tasks:
         raw += [t.prompt.get("question", ""), domain.reference_response(t), domain.reference_generation(t)]
     if tokenizer_for_chat is None:
-        tokenizer_for_chat = _TemplateOnly()
+        tokenizer_for_chat = TemplateOnly()
     texts = list(raw)
     for t in tasks:
         ap = domain.agent_prompt(t)
@@ -142,7 +142,7 @@ def domain_training_texts(domain, tokenizer_for_chat=None, splits=("train",)) ->
     return texts
 
 
-class _TemplateOnly:
+class TemplateOnly:
     """Just enough of a tokenizer for `render_chat`: Qwen2.5-Instruct's template, rendered by jinja
     the way transformers does it."""
 

@@ -19,20 +19,21 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from genenv_jax.core.config_checks import ConfigError
 from genenv_jax.domains.alfworld import dataset, engine, specs, vocab
 from genenv_jax.domains.alfworld.episode import ADMISSIBLE_MODES, ALFWorldEnvironment
 from genenv_jax.domains.alfworld.games import compile_game, task_sentence
 from genenv_jax.domains.alfworld.pddl_facts import spec_from_game
 from genenv_jax.domains.alfworld.sampling import sample_spec
 from genenv_jax.domains.alfworld.scenes import load_scene, scene_numbers
-from genenv_jax.domains.base import DIFFICULTY_DIRECTIONS, ChatPrompt, Domain, Rejection, ScoreResult, Task, split_of
-from genenv_jax.domains.bfcl_generation import extract_json_object
-from genenv_jax.domains.bfcl_schema import TaskInvalid as JSONTaskInvalid
+from genenv_jax.domains.experience import DomainSupport
+from genenv_jax.domains.base import ChatPrompt, Domain, Invalid, Rejection, ScoreResult, Task, curriculum_line
+from genenv_jax.domains.generation import JSON_REASONS, extract_json_object
+from genenv_jax.domains.alfworld.synthetic import dreamgym_support
 
 DOMAIN_NAME = "alfworld"
 DEFAULT_GAMES = {"train": 600, "validation": 140, "test": 134}  # ALFWorld's valid_seen / valid_unseen sizes
-REJECTION_REASONS = ("no_json", "too_large", "too_deep", "invalid_json", "invalid_unicode", "not_an_object",
-                     *specs.SPEC_REASONS, "same_as_seed", *engine.VERIFY_REASONS)
+REJECTION_REASONS = (*JSON_REASONS, "not_an_object", *specs.SPEC_REASONS, "same_as_seed", *engine.VERIFY_REASONS)
 
 SIMULATOR_SYSTEM = (
     "You design games for an agent in ALFWorld, a household text game played on a real engine. You are given a "
@@ -92,7 +93,6 @@ class ALFWorldDomain(Domain):
         self.data_dir, self.task_types, self.max_steps = data_dir, tuple(task_types), max_steps
         self.admissible, self.salt, self.build_workers = admissible, salt, build_workers
         self.cache_dir = cache_dir
-        self._seeds: list[Task] | None = None
 
     # ------------------------------------------------------------------ seeds
     @property
@@ -110,24 +110,23 @@ class ALFWorldDomain(Domain):
             dataset.build(self.root, self.games, salt=self.salt, task_types=self.task_types,
                           max_steps=self.max_steps, workers=self.build_workers)
 
-    def _all_seeds(self) -> list[Task]:
-        if self._seeds is None:
-            if self.data_dir:
-                base = dataset.split_root(self.data_dir)
-                if not any((base / d).is_dir() for d in dataset.OFFICIAL_SPLITS.values()):
-                    raise FileNotFoundError(f"ALFWorld data_dir {self.data_dir}: holds neither json_2.1.1/ nor "
-                                            f"{'/'.join(dataset.OFFICIAL_SPLITS.values())} directories")
-            self._ensure_built()
-            tasks = []
-            for split in dataset.OFFICIAL_SPLITS:
-                if not self.data_dir and not self.games.get(split):
-                    continue
-                folder = dataset.split_root(self.root) / dataset.OFFICIAL_SPLITS[split]
-                if self.data_dir and not folder.is_dir():
-                    continue
-                tasks += [self._task_of(e) for e in dataset.read_split(self.root, split, self.task_types)]
-            self._seeds = tasks
-        return self._seeds
+    def load_seeds(self) -> list[Task]:
+        """Games of 'train', 'validation' (valid_seen) and 'test' (valid_unseen), in path order."""
+        if self.data_dir:
+            base = dataset.split_root(self.data_dir)
+            if not any((base / d).is_dir() for d in dataset.OFFICIAL_SPLITS.values()):
+                raise FileNotFoundError(f"ALFWorld data_dir {self.data_dir}: holds neither json_2.1.1/ nor "
+                                        f"{'/'.join(dataset.OFFICIAL_SPLITS.values())} directories")
+        self._ensure_built()
+        tasks = []
+        for split in dataset.OFFICIAL_SPLITS:
+            if not self.data_dir and not self.games.get(split):
+                continue
+            folder = dataset.split_root(self.root) / dataset.OFFICIAL_SPLITS[split]
+            if self.data_dir and not folder.is_dir():
+                continue
+            tasks += [self._task_of(e) for e in dataset.read_split(self.root, split, self.task_types)]
+        return tasks
 
     def _task_of(self, entry: dataset.GameEntry) -> Task:
         spec = entry.spec or spec_from_game(entry.game, entry.traj)
@@ -141,9 +140,12 @@ class ALFWorldDomain(Domain):
                     metadata={"split": entry.split, "alfworld_split": dataset.OFFICIAL_SPLITS[entry.split],
                               "source": "generated" if entry.spec else "data_dir"})
 
-    def seeds(self, split: str) -> list[Task]:
-        """Games of 'train', 'validation' (valid_seen), 'test' (valid_unseen) or 'all', in path order."""
-        return split_of(self._all_seeds(), split)
+    def dreamgym(self) -> DomainSupport:
+        if self.admissible != "first_turn":
+            raise ConfigError(f"config.domain.options.admissible={self.admissible!r}: mode='dreamgym' on ALFWorld "
+                              "needs 'first_turn' (the experience model predicts the engine's text without the "
+                              "command list, so real episodes must look like synthetic ones)")
+        return dreamgym_support()
 
     # ------------------------------------------------------------------ agent side
     def game_json(self, task: Task) -> dict[str, Any]:
@@ -193,17 +195,10 @@ class ALFWorldDomain(Domain):
                          alpha: float = 0.5) -> ChatPrompt:
         """The seed's spec, its scene's receptacles and object types, the task rules and the
         difficulty asked for; the reply is one JSON spec."""
-        if difficulty not in DIFFICULTY_DIRECTIONS:
-            raise ValueError(f"difficulty {difficulty!r} not in {DIFFICULTY_DIRECTIONS}")
+        success = curriculum_line(recent_success, alpha, difficulty, doing="solves games")
         shown = seed.verifier.get("spec") or {"scene": seed.prompt["scene"], "task_type": seed.category,
                                               "task": seed.prompt["task"]}  # a game no spec can express
         scene = _scene_number(seed)
-        if recent_success:
-            rate = sum(recent_success) / len(recent_success)
-            success = (f"The agent currently solves games like this one {rate:.0%} of the time "
-                       f"(last {len(recent_success)} measurements); the target is {alpha:.0%}.")
-        else:
-            success = f"The agent's success rate on this seed has not been measured yet; the target is {alpha:.0%}."
         receptacles = sorted(specs.receptacle_names(scene), key=vocab.natural_key)
         objects = sorted(t.lower() for t in load_scene(scene).object_types)
         user = "\n".join([
@@ -221,14 +216,12 @@ class ALFWorldDomain(Domain):
     def parse_task(self, text: str, seed: Task, difficulty: str | None = None) -> Task | Rejection:
         """Reads the simulator's spec and builds its game; a Task only if the engine verifies it."""
         def rejected(reason: str, detail: str) -> Rejection:
-            return Rejection(domain=DOMAIN_NAME, reason=reason, detail=detail, seed_id=seed.task_id, raw_text=text)
+            return self.reject(Invalid(reason, detail), seed, text)
 
         try:
             spec = specs.read_spec(extract_json_object(text))
-        except JSONTaskInvalid as e:
-            return rejected(e.reason, e.detail)
-        except specs.SpecInvalid as e:
-            return rejected(e.reason, e.detail)
+        except Invalid as e:
+            return self.reject(e, seed, text)
         if spec.task_type not in self.task_types:
             return rejected("unknown_task_type", f"{spec.task_type} is not used in this run")
         written = specs.write_spec(spec)
@@ -272,7 +265,6 @@ def _scene_number(task: Task) -> int:
 
 def _fenced(spec: Mapping[str, Any]) -> str:
     return "```json\n" + json.dumps(spec, ensure_ascii=False) + "\n```"
-
 
 
 __all__ = ["ALFWorldDomain", "DOMAIN_NAME"]

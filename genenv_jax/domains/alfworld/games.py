@@ -15,7 +15,7 @@ import json
 from typing import Any, Mapping
 
 from genenv_jax.domains.alfworld import vocab
-from genenv_jax.domains.alfworld.scenes import Scene, engine_names, load_scene, mangle
+from genenv_jax.domains.alfworld.scenes import engine_names, load_scene, mangle
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +179,3 @@ def compile_game(spec: GameSpec, solvable: bool = True) -> dict[str, Any]:
     return {"pddl_domain": vocab.data_text("alfred.pddl"), "grammar": grammar, "pddl_problem": problem_pddl(spec),
             "walkthrough": walkthrough(spec), "solvable": solvable}
 
-
-def scene_of(spec: GameSpec) -> Scene:
-    return load_scene(spec.scene)

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 from genenv_jax.domains.alfworld import specs, vocab
 from genenv_jax.domains.alfworld.games import GameSpec, task_sentence
 from genenv_jax.domains.alfworld.scenes import load_scene, mangle, scene_numbers
+from genenv_jax.domains.records import Invalid
 
 _FACT = re.compile(r"\((inReceptacle|objectType)\s+(\S+)\s+(\S+)\)", re.IGNORECASE)
 
@@ -56,7 +57,7 @@ def spec_from_game(game: Mapping[str, Any], traj: Mapping[str, Any]) -> GameSpec
         spec = dataclasses.replace(spec, receptacle=None)
     try:
         spec = specs.read_spec(specs.write_spec(spec))
-    except (specs.SpecInvalid, KeyError):
+    except (Invalid, KeyError):
         return None
     # The template whose sentence the game's grammar states (0 when it states neither).
     stated = [t for t in (0, 1) if f"Your task is to: {task_sentence(dataclasses.replace(spec, template=t))}." in game.get("grammar", "")]

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from genenv_jax.domains.alfworld import vocab
 from genenv_jax.domains.alfworld.games import GameSpec
 from genenv_jax.domains.alfworld.scenes import engine_names, load_scene, scene_numbers
+from genenv_jax.domains.records import Invalid
 
 MAX_OBJECTS = 40    # object instances per game (ALFWorld kitchens show ~20-40)
 MAX_TARGETS = 4     # instances of the target type
@@ -40,24 +41,16 @@ _SCENE = re.compile(r"FloorPlan([0-9]{1,4})", re.ASCII)
 FIELDS = ("scene", "task_type", "object", "receptacle", "toggle", "placements")
 
 
-class SpecInvalid(Exception):
-    """A spec that is not a valid game; `reason` is a SPEC_REASONS code or an engine verdict."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(f"{reason}: {detail}")
-        self.reason, self.detail = reason, detail
-
-
 def _quoted(value: Any) -> str:
     return repr(value)[:60]
 
 
 def _type_named(name: Any, allowed: frozenset[str], reason: str, what: str) -> str:
     if not isinstance(name, str):
-        raise SpecInvalid("bad_value", f"{what} must be a string, got {_quoted(name)}")
+        raise Invalid("bad_value", f"{what} must be a string, got {_quoted(name)}")
     found = vocab.TYPE_BY_NAME.get(name.strip().lower())
     if found is None or found not in allowed:
-        raise SpecInvalid(reason, f"{what} {_quoted(name)}")
+        raise Invalid(reason, f"{what} {_quoted(name)}")
     return found
 
 
@@ -68,65 +61,65 @@ def receptacle_names(scene_number: int) -> dict[str, str]:
 
 
 def read_spec(obj: Any) -> GameSpec:
-    """The GameSpec a JSON spec describes; raises SpecInvalid (see SPEC_REASONS)."""
+    """The GameSpec a JSON spec describes; raises Invalid (see SPEC_REASONS)."""
     if not isinstance(obj, Mapping):
-        raise SpecInvalid("not_an_object", "the spec must be a JSON object")
+        raise Invalid("not_an_object", "the spec must be a JSON object")
     unknown = sorted(str(k)[:30] for k in obj if k not in FIELDS and k != "template")
     if unknown:
-        raise SpecInvalid("unknown_field", f"{unknown[:5]}")
+        raise Invalid("unknown_field", f"{unknown[:5]}")
     missing = [f for f in FIELDS if f not in obj and f != "toggle"]
     if missing:
-        raise SpecInvalid("missing_field", f"{missing}")
+        raise Invalid("missing_field", f"{missing}")
     scene_field = obj["scene"]
     found = _SCENE.fullmatch(scene_field) if isinstance(scene_field, str) else None
     if found is None or int(found.group(1)) not in scene_numbers():
-        raise SpecInvalid("unknown_scene", f"scene {_quoted(scene_field)}")
+        raise Invalid("unknown_scene", f"scene {_quoted(scene_field)}")
     scene = load_scene(int(found.group(1)))
     task_type = obj["task_type"]
     if task_type not in vocab.TASK_TYPES:
-        raise SpecInvalid("unknown_task_type", f"task_type {_quoted(task_type)}")
+        raise Invalid("unknown_task_type", f"task_type {_quoted(task_type)}")
     target = _type_named(obj["object"], vocab.PLACEABLE, "unknown_object", "object")
     if target not in scene.object_types:
-        raise SpecInvalid("object_not_in_scene", f"{target} is not in {scene.name}")
+        raise Invalid("object_not_in_scene", f"{target} is not in {scene.name}")
     if target in vocab.LAMPS:
-        raise SpecInvalid("object_not_allowed", f"a {target} stands where it is: it cannot be the target")
+        raise Invalid("object_not_allowed", f"a {target} stands where it is: it cannot be the target")
 
     toggle = goal = None
     if task_type == "look_at_obj_in_light":
         if obj.get("toggle") in (None, ""):
-            raise SpecInvalid("missing_field", "look_at_obj_in_light needs a toggle (\"desklamp\")")
+            raise Invalid("missing_field", "look_at_obj_in_light needs a toggle (\"desklamp\")")
         toggle = _type_named(obj["toggle"], frozenset(vocab.LAMPS), "object_not_allowed", "toggle")
         if toggle not in scene.object_types:
-            raise SpecInvalid("scene_lacks", f"{scene.name} has no {toggle}")
+            raise Invalid("scene_lacks", f"{scene.name} has no {toggle}")
         if obj.get("receptacle") not in (None, ""):
-            raise SpecInvalid("bad_value", "look_at_obj_in_light takes no receptacle (null)")
+            raise Invalid("bad_value", "look_at_obj_in_light takes no receptacle (null)")
     else:
         goal = _type_named(obj["receptacle"], vocab.STATIC_RECEPTACLES, "unknown_receptacle", "receptacle")
         if goal not in scene.receptacle_types:
-            raise SpecInvalid("unknown_receptacle", f"{scene.name} has no {goal}")
+            raise Invalid("unknown_receptacle", f"{scene.name} has no {goal}")
         if not vocab.may_hold(goal, target):
-            raise SpecInvalid("object_not_allowed", f"ALFWorld does not put a {target} in a {goal}")
+            raise Invalid("object_not_allowed", f"ALFWorld does not put a {target} in a {goal}")
         if obj.get("toggle") not in (None, ""):
-            raise SpecInvalid("bad_value", f"{task_type} takes no toggle (null)")
+            raise Invalid("bad_value", f"{task_type} takes no toggle (null)")
     if task_type in vocab.APPLIANCE:
         appliance, verb, group = vocab.APPLIANCE[task_type]
         if appliance not in scene.receptacle_types:
-            raise SpecInvalid("scene_lacks", f"{scene.name} has no {appliance} to {verb} in")
+            raise Invalid("scene_lacks", f"{scene.name} has no {appliance} to {verb} in")
         if target not in vocab.ACTION_OBJECTS[group]:
-            raise SpecInvalid("object_not_allowed", f"a {target} cannot be {verb}ed in ALFWorld")
+            raise Invalid("object_not_allowed", f"a {target} cannot be {verb}ed in ALFWorld")
 
     placements = _read_placements(obj["placements"], scene.number)
     targets = [r for o, r in placements if o == target and load_type(scene.number, r) != goal]
     needed = 2 if task_type == "pick_two_obj_and_place" else 1
     if len(targets) < needed:
-        raise SpecInvalid("too_few_targets", f"{task_type} needs {needed} {target} outside any {goal}")
+        raise Invalid("too_few_targets", f"{task_type} needs {needed} {target} outside any {goal}")
     if sum(o == target for o, _ in placements) > MAX_TARGETS:
-        raise SpecInvalid("too_many_objects", f"more than {MAX_TARGETS} {target}")
+        raise Invalid("too_many_objects", f"more than {MAX_TARGETS} {target}")
     if toggle is not None and not any(o == toggle for o, _ in placements):
-        raise SpecInvalid("too_few_targets", f"look_at_obj_in_light needs a {toggle.lower()} placed")
+        raise Invalid("too_few_targets", f"look_at_obj_in_light needs a {toggle.lower()} placed")
     template = obj.get("template", 0)
     if type(template) is not int or template not in (0, 1):  # not True / 1.0
-        raise SpecInvalid("bad_value", "template must be 0 or 1")
+        raise Invalid("bad_value", "template must be 0 or 1")
     return GameSpec(scene=scene.number, task_type=task_type, object=target, receptacle=goal, toggle=toggle,
                     placements=tuple(sorted(placements)), template=template)
 
@@ -137,26 +130,26 @@ def load_type(scene_number: int, receptacle_id: str) -> str:
 
 def _read_placements(value: Any, scene_number: int) -> tuple[tuple[str, str], ...]:
     if not isinstance(value, Mapping):
-        raise SpecInvalid("bad_value", "placements must map receptacle names to lists of objects")
+        raise Invalid("bad_value", "placements must map receptacle names to lists of objects")
     by_name = receptacle_names(scene_number)
     scene = load_scene(scene_number)
     out: list[tuple[str, str]] = []
     for name, objects in value.items():
         rid = by_name.get(name.strip().lower()) if isinstance(name, str) else None
         if rid is None:
-            raise SpecInvalid("unknown_receptacle", f"{_quoted(name)} is not a receptacle of {scene.name}")
+            raise Invalid("unknown_receptacle", f"{_quoted(name)} is not a receptacle of {scene.name}")
         if not isinstance(objects, list):
-            raise SpecInvalid("bad_value", f"placements[{_quoted(name)}] must be a list of objects")
+            raise Invalid("bad_value", f"placements[{_quoted(name)}] must be a list of objects")
         rtype = load_type(scene_number, rid)
         for item in objects:
             otype = _type_named(item, vocab.PLACEABLE, "unknown_object", "object")
             if otype not in scene.object_types:
-                raise SpecInvalid("object_not_in_scene", f"{otype} is not in {scene.name}")
+                raise Invalid("object_not_in_scene", f"{otype} is not in {scene.name}")
             if not vocab.may_hold(rtype, otype):
-                raise SpecInvalid("object_not_allowed", f"ALFWorld does not put a {otype} in a {rtype}")
+                raise Invalid("object_not_allowed", f"ALFWorld does not put a {otype} in a {rtype}")
             out.append((otype, rid))
             if len(out) > MAX_OBJECTS:
-                raise SpecInvalid("too_many_objects", f"more than {MAX_OBJECTS} objects")
+                raise Invalid("too_many_objects", f"more than {MAX_OBJECTS} objects")
     return tuple(out)
 
 

@@ -13,24 +13,38 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from genenv_jax.domains.alfworld.domain import DOMAIN_NAME, ALFWorldDomain
 from genenv_jax.domains.alfworld.engine import Game
 from genenv_jax.domains.alfworld.episode import NOTHING, parse_action
 from genenv_jax.domains.alfworld.reasoning import inadmissible_command, step_reasoning
-from genenv_jax.domains.base import Message, Task
-from genenv_jax.dreamgym.transitions import Transition
+from genenv_jax.domains.base import ChatPrompt, Message, Task
+from genenv_jax.domains.experience import Transition
 
 _TASK_LINE = re.compile(r"Your task is to:\s*(.+?)\.?\s*$", re.MULTILINE)
+
+
+
+
+class ALFWorldGames(Protocol):
+    """What the collectors use of `ALFWorldDomain` (structural, so this module does not import it)."""
+
+    name: str
+    max_steps: int
+
+    def game_json(self, task: Task) -> Any: ...
+
+    def reference_turns(self, task: Task) -> list[str]: ...
+
+    def agent_prompt(self, task: Task) -> ChatPrompt: ...
 
 
 # ------------------------------------------------------------------------ playing episodes
 Chooser = Callable[[int, Game], "str | None"]  # step t, the game -> the command ("" unparseable), None: stop
 
 
-def _open(domain: ALFWorldDomain, task: Task) -> Game:
-    if task.domain != DOMAIN_NAME:
+def _open(domain: ALFWorldGames, task: Task) -> Game:
+    if task.domain != domain.name:
         raise ValueError(f"task {task.task_id} is a {task.domain!r} task, not an ALFWorld one")
     return Game(domain.game_json(task), want_facts=True)
 
@@ -73,7 +87,7 @@ def _task_line(intro: str) -> str:
     return match.group(1) if match else ""
 
 
-def _expert(domain: ALFWorldDomain, task: Task, game: Game) -> list[Transition]:
+def _expert(domain: ALFWorldGames, task: Task, game: Game) -> list[Transition]:
     commands = [parse_action(turn) or "" for turn in domain.reference_turns(task)]
     if not commands:
         raise ValueError(f"task {task.task_id} has no walkthrough")
@@ -85,7 +99,7 @@ def _expert(domain: ALFWorldDomain, task: Task, game: Game) -> list[Transition]:
     return out
 
 
-def expert_transitions(domain: ALFWorldDomain, task: Task) -> list[Transition]:
+def expert_transitions(domain: ALFWorldGames, task: Task) -> list[Transition]:
     """The task's walkthrough (`domain.reference_turns`) played on the engine; it must win at its
     last command (a ValueError names the task otherwise)."""
     game = _open(domain, task)
@@ -107,7 +121,7 @@ def _random(task: Task, game: Game, rng: random.Random, steps: int, invalid_prob
     return _play(task, game, choose, "random", steps)
 
 
-def random_transitions(domain: ALFWorldDomain, task: Task, rng: random.Random, steps: int,
+def random_transitions(domain: ALFWorldGames, task: Task, rng: random.Random, steps: int,
                        invalid_prob: float) -> list[Transition]:
     """`steps` random admissible commands ('help' aside), each replaced with probability
     `invalid_prob` by an inadmissible one (`inadmissible_command`); stops early if the engine says won."""
@@ -128,7 +142,7 @@ def _check_random(rng: random.Random, steps: int, invalid_prob: float) -> None:
         raise ValueError(f"invalid_prob={invalid_prob} is not a probability in [0, 1]")
 
 
-def episode_transitions(domain: ALFWorldDomain, task: Task, transcript: Sequence[Message], source: str = "agent",
+def episode_transitions(domain: ALFWorldGames, task: Task, transcript: Sequence[Message], source: str = "agent",
                         check: bool = True) -> list[Transition]:
     """An agent episode's transcript (system, user, assistant, user, ... messages) replayed on the
     engine: one transition per assistant message (commands by `parse_action`; an unparseable reply
@@ -163,7 +177,7 @@ def episode_transitions(domain: ALFWorldDomain, task: Task, transcript: Sequence
     return out
 
 
-def collect(domain: ALFWorldDomain, tasks: Sequence[Task], *, random_per_task: int, rng: random.Random,
+def collect(domain: ALFWorldGames, tasks: Sequence[Task], *, random_per_task: int, rng: random.Random,
             random_steps: int = 20, invalid_prob: float = 0.1) -> list[Transition]:
     """Expert transitions and `random_per_task` random episodes (`random_steps` steps each) of every
     task, in task order; the same rng seed gives the same transitions. One engine load per task."""

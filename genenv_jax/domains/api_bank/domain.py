@@ -20,8 +20,8 @@ from genenv_jax.domains.api_bank.calls import CALL_FORMATS, parse_call, render_c
 from genenv_jax.domains.api_bank.episode import DEFAULT_MAX_CALLS, Level3Environment, agent_calls, score_dialogue
 from genenv_jax.domains.api_bank.prompts import item_prompt, level3_prompt
 from genenv_jax.domains.api_bank.summary import summarize
-from genenv_jax.domains.base import (DIFFICULTY_DIRECTIONS, ChatPrompt, Domain, Environment, Rejection, ScoreResult,
-                                     SingleTurnEnvironment, Task, next_sibling, split_of)
+from genenv_jax.domains.base import (ChatPrompt, Domain, Environment, Invalid, Rejection, ScoreResult,
+                                     SingleTurnEnvironment, Task, curriculum_line, next_sibling)
 
 DOMAIN_NAME = "api_bank"
 
@@ -68,7 +68,6 @@ class APIBankDomain(Domain):
         self.source = data.api_source(validation_fraction, split_salt)
         self.cache_dir, self.max_level3_calls = cache_dir or None, max_level3_calls
         self.replay_history = bool(replay_history)
-        self._seeds: list[Task] | None = None
 
     # ------------------------------------------------------------------ seeds
     @property
@@ -90,18 +89,13 @@ class APIBankDomain(Domain):
         return Task(domain=DOMAIN_NAME, task_id=f"{record['split']}/{record['item_id']}", category=record["category"],
                     prompt=prompt, verifier=target, metadata=metadata)
 
-    def _all_seeds(self) -> list[Task]:
-        if self._seeds is None:
-            self.init_database_dir  # noqa: B018 (a clear error when data_dir is unset)
-            searcher = metrics.initial_bank(self.init_database_dir, "level-3").describe("ToolSearcher")
-            self._seeds = [self._task(r, searcher) for split in ("train", "validation", "test")
-                           for r in load_records(self.source, self.data_dir, split, self.cache_dir)
-                           if data.is_item(r) and r["category"] in self.categories]
-        return self._seeds
-
-    def seeds(self, split: str) -> list[Task]:
-        """Tasks of 'train' / 'validation' (source dialogues, split by dialogue), 'test' (official) or 'all'."""
-        return split_of(self._all_seeds(), split)
+    def load_seeds(self) -> list[Task]:
+        """Tasks of 'train' / 'validation' (source dialogues, split by dialogue) and 'test' (official)."""
+        self.init_database_dir  # noqa: B018 (a clear error when data_dir is unset)
+        searcher = metrics.initial_bank(self.init_database_dir, "level-3").describe("ToolSearcher")
+        return [self._task(r, searcher) for split in ("train", "validation", "test")
+                for r in load_records(self.source, self.data_dir, split, self.cache_dir)
+                if data.is_item(r) and r["category"] in self.categories]
 
     # ------------------------------------------------------------------ agent side
     def agent_prompt(self, task: Task) -> ChatPrompt:
@@ -156,16 +150,12 @@ class APIBankDomain(Domain):
     def simulator_prompt(self, seed: Task, recent_success: Sequence[float] = (), difficulty: str = "similar",
                          alpha: float = 0.5) -> ChatPrompt:
         """Chat messages asking for one new task like `seed` (levels 1-2; level 3 is not generated)."""
-        if difficulty not in DIFFICULTY_DIRECTIONS:
-            raise ValueError(f"difficulty {difficulty!r} not in {DIFFICULTY_DIRECTIONS}")
+        rate = curriculum_line(recent_success, alpha, difficulty, solver="The assistant", count=False)
         if seed.category == "level-3":
             raise ValueError("api_bank: level-3 dialogues are evaluated only; the simulator writes levels 1-2")
         kind, level = seed.prompt["kind"], seed.prompt["level"]
         gold = seed.verifier.get("gold")
         names = [t["api_name"] for t in seed.prompt["history"] if t["role"] == "API"] + ([gold["api_name"]] if gold else [])
-        rate = (f"The assistant currently solves tasks like this one {sum(recent_success) / len(recent_success):.0%} "
-                f"of the time; the target is {alpha:.0%}.") if recent_success else \
-            f"The assistant's success rate on this seed has not been measured yet; the target is {alpha:.0%}."
         target = ("- expected_call: {\"api_name\", \"param_dict\"}: the assistant's correct next API call. It must "
                   "succeed on the initial database after the dialogue's earlier calls." if kind == "api" else
                   "- expected_reply: the assistant's reply to the user after the dialogue's last API call, "
@@ -189,14 +179,13 @@ class APIBankDomain(Domain):
     def parse_task(self, text: str, seed: Task, difficulty: str | None = None) -> Task | Rejection:
         """Reads and executes the simulator's task; a Task in the seed's category or a Rejection."""
         if seed.category == "level-3":
-            return Rejection(domain=DOMAIN_NAME, reason="level3_not_generated", detail="level 3 is evaluated only",
-                             seed_id=seed.task_id, raw_text=text)
+            return self.reject(Invalid("level3_not_generated", "level 3 is evaluated only"), seed, text)
         kind, level = seed.prompt["kind"], seed.prompt["level"]
         try:
             fields = generation.validate(text, kind, level, self.init_database_dir,
                                          {"history": seed.prompt["history"], **seed.verifier})
-        except generation.TaskInvalid as e:
-            return Rejection(domain=DOMAIN_NAME, reason=e.reason, detail=e.detail, seed_id=seed.task_id, raw_text=text)
+        except Invalid as e:
+            return self.reject(e, seed, text)
         history = fields["history"]
         names = [t["api_name"] for t in history if t["role"] == "API"] + (
             [fields["gold"]["api_name"]] if kind == "api" else [])

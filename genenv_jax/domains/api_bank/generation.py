@@ -13,15 +13,14 @@ import json
 from typing import Any, Mapping, Sequence
 
 from genenv_jax.domains.api_bank import metrics
-from genenv_jax.domains.bfcl_generation import extract_json_object
-from genenv_jax.domains.bfcl_schema import TaskInvalid as JSONTaskInvalid
+from genenv_jax.domains.generation import JSON_REASONS, extract_json_object
+from genenv_jax.domains.records import Invalid
 
 MAX_TURNS = 24
 MAX_TEXT_CHARS = 2000
 MAX_VALUE_CHARS = 1000
 
-REJECTION_REASONS = (
-    "no_json", "too_large", "too_deep", "invalid_json", "invalid_unicode",  # the JSON reader's codes
+REJECTION_REASONS = JSON_REASONS + (  # the JSON reader's codes, then ours
     "not_an_object",            # the JSON value is not an object
     "missing_field",            # dialogue / expected_call / expected_reply absent
     "bad_dialogue",             # a turn that is not a User/AI/API turn, an empty or over-long text, too many turns
@@ -38,38 +37,29 @@ REJECTION_REASONS = (
 )
 
 
-class TaskInvalid(Exception):
-    """A generation that fails validation; `reason` is one of REJECTION_REASONS."""
-
-    def __init__(self, reason: str, detail: str):
-        assert reason in REJECTION_REASONS, reason
-        super().__init__(f"{reason}: {detail}")
-        self.reason, self.detail = reason, detail
-
-
 def _check_call(obj: Any, bank, where: str) -> dict[str, Any]:
     from genenv_jax.domains.api_bank.executor import EXCLUDED_APIS
 
     if not isinstance(obj, Mapping) or not isinstance(obj.get("api_name"), str):
-        raise TaskInvalid("bad_dialogue", f"{where}: a call needs api_name and param_dict")
+        raise Invalid("bad_dialogue", f"{where}: a call needs api_name and param_dict")
     name, params = obj["api_name"], obj.get("param_dict", {})
     if name not in bank.names():
-        raise TaskInvalid("unknown_api", f"{where}: no API named {name!r}")
+        raise Invalid("unknown_api", f"{where}: no API named {name!r}")
     if name in EXCLUDED_APIS:
-        raise TaskInvalid("excluded_api", f"{where}: {name} is not used in generated tasks")
+        raise Invalid("excluded_api", f"{where}: {name} is not used in generated tasks")
     if not isinstance(params, Mapping) or not all(
             isinstance(v, (str, int, float, bool)) and len(str(v)) <= MAX_VALUE_CHARS for v in params.values()):
-        raise TaskInvalid("bad_arguments", f"{where}: param_dict must map names to short scalar values")
+        raise Invalid("bad_arguments", f"{where}: param_dict must map names to short scalar values")
     known = set((bank.describe(name).get("input_parameters") or {}))
     unknown = sorted(set(params) - known)
     if unknown:
-        raise TaskInvalid("bad_arguments", f"{where}: {name} takes no {unknown}")
+        raise Invalid("bad_arguments", f"{where}: {name} takes no {unknown}")
     return {"role": "API", "api_name": name, "param_dict": dict(params)}
 
 
 def _check_dialogue(turns: Any, bank) -> list[dict[str, Any]]:
     if not isinstance(turns, list) or not turns or len(turns) > MAX_TURNS:
-        raise TaskInvalid("bad_dialogue", f"dialogue must be a list of 1 to {MAX_TURNS} turns")
+        raise Invalid("bad_dialogue", f"dialogue must be a list of 1 to {MAX_TURNS} turns")
     out = []
     for n, turn in enumerate(turns):
         role = turn.get("role") if isinstance(turn, Mapping) else None
@@ -79,9 +69,9 @@ def _check_dialogue(turns: Any, bank) -> list[dict[str, Any]]:
                 and 0 < len(turn["text"].strip()) <= MAX_TEXT_CHARS:
             out.append({"role": role, "text": turn["text"].strip()})
         else:
-            raise TaskInvalid("bad_dialogue", f"dialogue[{n}] is not a User/AI turn with text or an API turn")
+            raise Invalid("bad_dialogue", f"dialogue[{n}] is not a User/AI turn with text or an API turn")
     if out[0]["role"] != "User":
-        raise TaskInvalid("dialogue_not_user_first", "the dialogue must open with a User turn")
+        raise Invalid("dialogue_not_user_first", "the dialogue must open with a User turn")
     return out
 
 
@@ -92,7 +82,7 @@ def _execute(history: list[dict[str, Any]], bank) -> list[dict[str, Any]]:
         if turn["role"] == "API":
             result = bank.call(turn["api_name"], dict(turn["param_dict"]))
             if result.exception:
-                raise TaskInvalid("history_call_exception", f"dialogue[{n}] {turn['api_name']}: {result.exception}")
+                raise Invalid("history_call_exception", f"dialogue[{n}] {turn['api_name']}: {result.exception}")
             turn = dict(turn, result=result.to_json())
         out.append(turn)
     return out
@@ -107,18 +97,15 @@ def validate(text: str, kind: str, level: int, init_database_dir: str,
              seed_target: Mapping[str, Any]) -> dict[str, Any]:
     """Reads and executes a generation; returns {"history", "gold"} or {"history", "expected"}.
 
-    `seed_target` is the seed's {"history", "gold"/"expected"} (a copy of it is rejected).
+    `seed_target` is the seed's {"history", "gold"/"expected"} (a copy of it is rejected). Raises Invalid.
     """
-    try:
-        obj = extract_json_object(text)
-    except JSONTaskInvalid as e:
-        raise TaskInvalid(e.reason, e.detail) from None
+    obj = extract_json_object(text)
     if not isinstance(obj, Mapping):
-        raise TaskInvalid("not_an_object", f"expected a JSON object, got {type(obj).__name__}")
+        raise Invalid("not_an_object", f"expected a JSON object, got {type(obj).__name__}")
     target_key = "expected_call" if kind == "api" else "expected_reply"
     missing = [k for k in ("dialogue", target_key) if k not in obj]
     if missing:
-        raise TaskInvalid("missing_field", f"missing {missing}")
+        raise Invalid("missing_field", f"missing {missing}")
     bank = metrics.fresh_bank(init_database_dir)
     history = _check_dialogue(obj["dialogue"], bank)
     if kind == "api":
@@ -126,19 +113,19 @@ def validate(text: str, kind: str, level: int, init_database_dir: str,
         history = _execute(history, bank)
         result = bank.call(call["api_name"], dict(call["param_dict"]))
         if result.exception:
-            raise TaskInvalid("call_exception", f"{call['api_name']}: {result.exception}")
+            raise Invalid("call_exception", f"{call['api_name']}: {result.exception}")
         if level == 2 and call["api_name"] != "ToolSearcher" and not _retrieved(history, call["api_name"]):
-            raise TaskInvalid("api_not_retrieved", f"{call['api_name']} was not found by a ToolSearcher call first")
+            raise Invalid("api_not_retrieved", f"{call['api_name']} was not found by a ToolSearcher call first")
         fields = {"history": history, "gold": dict(call, result=result.to_json())}
     else:
         reply = obj[target_key]
         if history[-1]["role"] != "API":
-            raise TaskInvalid("reply_without_call", "a response task's dialogue must end with an API turn")
+            raise Invalid("reply_without_call", "a response task's dialogue must end with an API turn")
         if not isinstance(reply, str) or not reply.strip():
-            raise TaskInvalid("empty_reply", "expected_reply must be non-empty text")
+            raise Invalid("empty_reply", "expected_reply must be non-empty text")
         fields = {"history": _execute(history, bank), "expected": reply.strip()[:MAX_TEXT_CHARS]}
     if _strip(fields) == _strip(seed_target):
-        raise TaskInvalid("copied_seed", "the generation repeats the seed")
+        raise Invalid("copied_seed", "the generation repeats the seed")
     return fields
 
 
@@ -162,4 +149,4 @@ def as_generation(history: Sequence[Mapping[str, Any]], gold: Mapping[str, Any] 
     return "```json\n" + json.dumps(obj, ensure_ascii=False) + "\n```"
 
 
-__all__ = ["REJECTION_REASONS", "TaskInvalid", "as_generation", "validate"]
+__all__ = ["REJECTION_REASONS", "as_generation", "validate"]

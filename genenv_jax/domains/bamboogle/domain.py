@@ -17,8 +17,8 @@ from genenv_jax.data.prepared import load_records
 from genenv_jax.domains.bamboogle import data, generation
 from genenv_jax.domains.bamboogle.episode import BamboogleEnvironment, score_responses
 from genenv_jax.domains.bamboogle.retrieval import Retriever, corpus_path, make_retriever
-from genenv_jax.domains.base import (DIFFICULTY_DIRECTIONS, ChatPrompt, Domain, Rejection, ScoreResult, Task,
-                                     next_sibling, split_of)
+from genenv_jax.domains.base import (ChatPrompt, Domain, Invalid, Rejection, ScoreResult, Task, curriculum_line,
+                                     next_sibling)
 
 DOMAIN_NAME = "bamboogle"
 CATEGORIES = {2: "two_hop", 3: "three_hop"}
@@ -55,7 +55,6 @@ class BamboogleDomain(Domain):
         self.topk, self.max_searches, self.max_turns = topk, max_searches, max_turns
         self.split_mode, self.split_salt = split_mode, split_salt
         self.cache_dir, self.tfds_cache_dir = cache_dir, tfds_cache_dir
-        self._seeds: list[Task] | None = None
         if not retrieval_url and (corpus or data_dir):
             corpus_path(corpus, data_dir)  # fail at startup, not at the first search
 
@@ -68,10 +67,9 @@ class BamboogleDomain(Domain):
         records = load_records(data.SOURCE, self.data_dir, "test", cache_dir=self.tfds_cache_dir or None)
         return [data.Question.from_json(r) for r in records]
 
-    def seeds(self, split: str) -> list[Task]:
-        if self._seeds is None:
-            self._seeds = [self._task_of(q) for q in self.questions()]
-        return split_of(self._seeds, split)
+    def load_seeds(self) -> list[Task]:
+        """Every question as a seed, in file order."""
+        return [self._task_of(q) for q in self.questions()]
 
     def _task_of(self, q: data.Question) -> Task:
         return Task(domain=DOMAIN_NAME, task_id=q.qid, category="two_hop", prompt={"question": q.question},
@@ -125,13 +123,7 @@ class BamboogleDomain(Domain):
     # ------------------------------------------------------------------ simulator side
     def simulator_prompt(self, seed: Task, recent_success: Sequence[float] = (), difficulty: str = "similar",
                          alpha: float = 0.5) -> ChatPrompt:
-        if difficulty not in DIFFICULTY_DIRECTIONS:
-            raise ValueError(f"difficulty {difficulty!r} not in {DIFFICULTY_DIRECTIONS}")
-        if recent_success:
-            success = (f"The agent currently answers questions like this one {sum(recent_success) / len(recent_success):.0%} "
-                       f"of the time (last {len(recent_success)} measurements); the target is {alpha:.0%}.")
-        else:
-            success = f"The agent's success rate on this seed has not been measured yet; the target is {alpha:.0%}."
+        success = curriculum_line(recent_success, alpha, difficulty, doing="answers questions")
         user = generation.simulator_user_message(seed.prompt["question"], seed.verifier["answers"],
                                                  seed.verifier.get("hops"), difficulty, success)
         return ChatPrompt(messages=[{"role": "system", "content": generation.SYSTEM}, {"role": "user", "content": user}])
@@ -141,8 +133,8 @@ class BamboogleDomain(Domain):
         try:
             generated = generation.read_generation(text, seed.prompt["question"])
             support = generation.check_support(generated, self.retriever, self.topk)
-        except generation.Invalid as e:
-            return Rejection(domain=DOMAIN_NAME, reason=e.reason, detail=e.detail, seed_id=seed.task_id, raw_text=text)
+        except Invalid as e:
+            return self.reject(e, seed, text)
         return Task(domain=DOMAIN_NAME, task_id=f"{seed.task_id}~{generation.generation_digest(generated)}",
                     category=CATEGORIES[len(generated["hops"])], prompt={"question": generated["question"]},
                     verifier={"answers": [generated["answer"]], "hops": generated["hops"], "support": support},

@@ -19,10 +19,9 @@ from typing import Any, Sequence
 from genenv_jax.domains.bamboogle.metrics import normalize_answer
 from genenv_jax.domains.bamboogle.passages import Passage
 from genenv_jax.domains.bamboogle.retrieval import RetrievalError, Retriever
-from genenv_jax.domains.bfcl_generation import extract_json_object
-from genenv_jax.domains.bfcl_schema import TaskInvalid as JSONTaskInvalid
+from genenv_jax.domains.generation import JSON_REASONS, extract_json_object
+from genenv_jax.domains.records import Invalid
 
-JSON_REASONS = ("no_json", "too_large", "too_deep", "invalid_json", "invalid_unicode")
 CHECK_REASONS = ("not_an_object", "missing_field", "bad_hops", "too_long", "answer_mismatch", "broken_chain",
                  "answer_in_question", "bridge_in_question", "same_as_seed", "retrieval_error",
                  "bridge_not_retrieved", "answer_not_retrieved")
@@ -37,14 +36,6 @@ DIFFICULTY_TEXT = {
     "easier": "Make the new question EASIER than the seed: two hops about well-known entities and facts.",
     "similar": "Keep the difficulty about the SAME as the seed: two hops, a different topic or entity.",
 }
-
-
-class Invalid(Exception):
-    """A generation that is not accepted; `reason` is one of CHECK_REASONS or JSON_REASONS."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(f"{reason}: {detail}")
-        self.reason, self.detail = reason, detail
 
 
 def simulator_user_message(seed_question: str, seed_answers: Sequence[str], seed_hops: Any, difficulty: str,
@@ -76,10 +67,7 @@ def _contains(haystack: str, needle: str) -> bool:
 
 def read_generation(text: str, seed_question: str) -> dict[str, Any]:
     """The generation's {question, hops, answer} once its structure holds; Invalid otherwise."""
-    try:
-        value = extract_json_object(text)
-    except JSONTaskInvalid as e:
-        raise Invalid(e.reason, e.detail) from None
+    value = extract_json_object(text)
     if not isinstance(value, dict):
         raise Invalid("not_an_object", f"expected a JSON object, got {type(value).__name__}")
     for key in ("question", "hops", "answer"):
@@ -136,5 +124,5 @@ def fenced(generation: dict[str, Any]) -> str:
     return "```json\n" + json.dumps(generation, ensure_ascii=False) + "\n```"
 
 
-__all__ = ["CHECK_REASONS", "Invalid", "JSON_REASONS", "SYSTEM", "check_support", "fenced", "generation_digest",
+__all__ = ["CHECK_REASONS", "JSON_REASONS", "SYSTEM", "check_support", "fenced", "generation_digest",
            "read_generation", "simulator_user_message"]

@@ -11,7 +11,7 @@ import time
 from typing import Sequence
 
 from genenv_jax.domains.base import Task
-from genenv_jax.domains.bfcl_data import SPLITS
+from genenv_jax.domains.bfcl.data import SPLITS
 from genenv_jax.domains.bfcl_multiturn import schema, verify
 from genenv_jax.domains.bfcl_multiturn.domain import BFCLMultiTurnDomain
 

@@ -24,7 +24,7 @@ from bfcl_eval.constants.category_mapping import VERSION_PREFIX
 from bfcl_eval.constants.executable_backend_config import (
     CLASS_FILE_PATH_MAPPING, MULTI_TURN_FUNC_DOC_FILE_MAPPING, STATELESS_CLASSES)
 
-from genenv_jax.domains.bfcl_data import SPLITS, SplitFractions, data_file, read_jsonl
+from genenv_jax.domains.bfcl.data import SPLITS, SplitFractions, data_file, read_jsonl
 
 CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 # The backends of BFCL's multi-turn suite (web search and memory backends belong to other categories).

@@ -77,7 +77,7 @@ def format_result(value: Any) -> str:
     return str(value)
 
 
-def _plain_json_problem(value: Any) -> str | None:
+def plain_json_problem(value: Any) -> str | None:
     """Why `value` is not plain JSON data within the limits (None when it is); iterative, no recursion."""
     stack = [(value, 0)]
     while stack:
@@ -176,7 +176,7 @@ class Dispatcher:
         class_name, method = found
         if not isinstance(arguments, dict):
             return refusal(name, "bad_arguments", f"arguments must be a JSON object, got {type(arguments).__name__}")
-        problem = _plain_json_problem(arguments)
+        problem = plain_json_problem(arguments)
         if problem is None:
             try:
                 inspect.signature(method).bind(**arguments)

@@ -14,15 +14,16 @@ import hashlib
 import json
 from typing import Any, Mapping, Sequence
 
-from genenv_jax.domains.base import (DIFFICULTY_DIRECTIONS, ChatPrompt, Domain, Rejection, ScoreResult, Task,
-                                     next_sibling, split_of)
-from genenv_jax.domains.bfcl_data import SplitFractions
-from genenv_jax.domains.bfcl_generation import extract_json_object
+from genenv_jax.domains.experience import DomainSupport
+from genenv_jax.domains.base import (ChatPrompt, Domain, Invalid, Rejection, ScoreResult, Task, curriculum_line,
+                                     next_sibling)
+from genenv_jax.domains.bfcl.data import SplitFractions
 from genenv_jax.domains.bfcl_multiturn import data, schema
 from genenv_jax.domains.bfcl_multiturn.episode import MultiTurnEnvironment, hinted, score_turns
 from genenv_jax.domains.bfcl_multiturn.scenario import Scenario
-from genenv_jax.domains.bfcl_schema import TaskInvalid as JSONTaskInvalid
+from genenv_jax.domains.generation import extract_json_object
 from genenv_jax.text.tokenization import parse_tool_calls, render_tool_calls
+from genenv_jax.domains.bfcl_multiturn.synthetic import dreamgym_support
 
 DOMAIN_NAME = "bfcl_multiturn"
 
@@ -85,24 +86,21 @@ class BFCLMultiTurnDomain(Domain):
         self.categories = tuple(categories)
         self.split_fractions = split_fractions
         self.split_salt = split_salt
-        self._seeds: list[Task] | None = None
 
     # ------------------------------------------------------------------ seeds
-    def _all_seeds(self) -> list[Task]:
-        if self._seeds is None:
-            entries = [e for c in self.categories for e in data.load_category(c)]
-            assignment = data.assign_splits(entries, self.split_fractions, self.split_salt)
-            self._seeds = [Task(
-                domain=DOMAIN_NAME, task_id=e.id, category=e.category,
-                prompt=copy.deepcopy({"question": e.question, "involved_classes": e.involved_classes,
-                                      "missed_function": e.missed_function}),
-                verifier=copy.deepcopy({"initial_config": e.initial_config, "ground_truth": e.ground_truth}),
-                metadata={"source": "bfcl_v4", "split": assignment[e.id], "scenario": e.scenario}) for e in entries]
-        return self._seeds
+    def load_seeds(self) -> list[Task]:
+        """Every seed of the configured categories, in category then file order."""
+        entries = [e for c in self.categories for e in data.load_category(c)]
+        assignment = data.assign_splits(entries, self.split_fractions, self.split_salt)
+        return [Task(
+            domain=DOMAIN_NAME, task_id=e.id, category=e.category,
+            prompt=copy.deepcopy({"question": e.question, "involved_classes": e.involved_classes,
+                                  "missed_function": e.missed_function}),
+            verifier=copy.deepcopy({"initial_config": e.initial_config, "ground_truth": e.ground_truth}),
+            metadata={"source": "bfcl_v4", "split": assignment[e.id], "scenario": e.scenario}) for e in entries]
 
-    def seeds(self, split: str) -> list[Task]:
-        """Seed tasks of 'train', 'validation', 'test' or 'all', in category then file order."""
-        return split_of(self._all_seeds(), split)
+    def dreamgym(self) -> DomainSupport:
+        return dreamgym_support()
 
     # ------------------------------------------------------------------ agent side
     def environment(self, task: Task) -> MultiTurnEnvironment:
@@ -155,15 +153,7 @@ class BFCLMultiTurnDomain(Domain):
     def simulator_prompt(self, seed: Task, recent_success: Sequence[float] = (), difficulty: str = "similar",
                          alpha: float = 0.5) -> ChatPrompt:
         """Chat messages (no tools) asking for one new task like `seed`, as BFCL multi-turn JSON."""
-        if difficulty not in DIFFICULTY_DIRECTIONS:
-            raise ValueError(f"difficulty {difficulty!r} not in {DIFFICULTY_DIRECTIONS}")
-        if recent_success:
-            rate = sum(recent_success) / len(recent_success)
-            success_line = (f"The agent currently solves tasks like this one {rate:.0%} of the time "
-                            f"(last {len(recent_success)} measurements); the target is {alpha:.0%}.")
-        else:
-            success_line = (f"The agent's success rate on this seed has not been measured yet; "
-                            f"the target is {alpha:.0%}.")
+        success_line = curriculum_line(recent_success, alpha, difficulty)
         functions = [line for c in seed.prompt["involved_classes"]
                      for line in [f"{c}:"] + [f"  {s}" for s in schema.signature_lines(c)]]
         user = "\n".join([
@@ -195,13 +185,9 @@ class BFCLMultiTurnDomain(Domain):
     def parse_task(self, text: str, seed: Task, difficulty: str | None = None) -> Task | Rejection:
         """Reads the simulator's JSON; returns a Task in the seed's category or a Rejection."""
         try:
-            try:
-                obj = extract_json_object(text)
-            except JSONTaskInvalid as e:  # the JSON reader's reason codes are a prefix of ours
-                raise schema.TaskInvalid(e.reason, e.detail) from None
-            fields = schema.validate(obj, seed.category, seed.prompt["question"])
-        except schema.TaskInvalid as e:
-            return Rejection(domain=DOMAIN_NAME, reason=e.reason, detail=e.detail, seed_id=seed.task_id, raw_text=text)
+            fields = schema.validate(extract_json_object(text), seed.category, seed.prompt["question"])
+        except Invalid as e:
+            return self.reject(e, seed, text)
         return Task(domain=DOMAIN_NAME, task_id=f"{seed.task_id}~{_digest(fields)}", category=seed.category,
                     prompt=fields["prompt"], verifier=fields["verifier"], parent_id=seed.task_id,
                     difficulty=difficulty, metadata={"source": "simulator"})

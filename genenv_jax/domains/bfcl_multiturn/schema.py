@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from genenv_jax.domains.base import Task
+from genenv_jax.domains.base import Invalid, Task
 from genenv_jax.domains.bfcl_multiturn import data
 from genenv_jax.domains.bfcl_multiturn.checker import check_episode
 from genenv_jax.domains.bfcl_multiturn.dispatch import Dispatcher
@@ -49,15 +49,6 @@ REJECTION_REASONS = (
 )
 
 
-class TaskInvalid(Exception):
-    """A candidate task that fails validation; `reason` is one of REJECTION_REASONS."""
-
-    def __init__(self, reason: str, detail: str):
-        assert reason in REJECTION_REASONS, reason
-        super().__init__(f"{reason}: {detail}")
-        self.reason, self.detail = reason, detail
-
-
 def task_json(task: Task) -> dict[str, Any]:
     """A task in the generation format (what the simulator is shown and asked to write)."""
     out: dict[str, Any] = {"involved_classes": task.prompt["involved_classes"],
@@ -77,8 +68,8 @@ def as_generation(task: Task) -> str:
 def _classes(value: Any) -> list[str]:
     if (not isinstance(value, list) or not 1 <= len(value) <= MAX_CLASSES or len(set(map(str, value))) != len(value)
             or not all(isinstance(c, str) and c in data.CLASSES for c in value)):
-        raise TaskInvalid("unknown_class", f"involved_classes must list 1..{MAX_CLASSES} distinct names of "
-                                           f"{list(data.CLASSES)}; got {str(value)[:200]}")
+        raise Invalid("unknown_class", f"involved_classes must list 1..{MAX_CLASSES} distinct names of "
+                                       f"{list(data.CLASSES)}; got {str(value)[:200]}")
     return list(value)
 
 
@@ -86,61 +77,61 @@ def _turn(value: Any, index: int) -> list[dict[str, str]]:
     if isinstance(value, str):
         value = [{"role": "user", "content": value}]
     if not isinstance(value, list):
-        raise TaskInvalid("bad_question", f"turn {index} is a {type(value).__name__}, not a list of messages")
+        raise Invalid("bad_question", f"turn {index} is a {type(value).__name__}, not a list of messages")
     for m in value:
         if (not isinstance(m, dict) or m.get("role") != "user" or not isinstance(m.get("content"), str)
                 or not m["content"].strip() or set(m) - {"role", "content"}):
-            raise TaskInvalid("bad_question", f"turn {index}: each message must be {{\"role\": \"user\", "
-                                              f"\"content\": non-empty text}}; got {str(m)[:200]}")
+            raise Invalid("bad_question", f"turn {index}: each message must be {{\"role\": \"user\", "
+                                          f"\"content\": non-empty text}}; got {str(m)[:200]}")
     return [{"role": "user", "content": m["content"]} for m in value]
 
 
 def normalize_question(value: Any) -> list[list[dict[str, str]]]:
     """The user turns as lists of {"role": "user", "content"} messages (a string turn is one message)."""
     if not isinstance(value, list) or not 1 <= len(value) <= MAX_TURNS:
-        raise TaskInvalid("bad_question", f"question must be a list of 1..{MAX_TURNS} turns")
+        raise Invalid("bad_question", f"question must be a list of 1..{MAX_TURNS} turns")
     return [_turn(t, i) for i, t in enumerate(value)]
 
 
 def _initial_config(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict) or not all(k in data.CLASSES and isinstance(v, dict) for k, v in value.items()):
         shown = sorted(map(str, value))[:10] if isinstance(value, dict) else type(value).__name__
-        raise TaskInvalid("bad_initial_config", f"initial_config must map BFCL classes to objects; got {shown}")
+        raise Invalid("bad_initial_config", f"initial_config must map BFCL classes to objects; got {shown}")
     return value
 
 
 def _missed_function(value: Any, category: str, question: list, classes: list[str]) -> dict[str, list[str]]:
     if category != "multi_turn_miss_func":
         if value:
-            raise TaskInvalid("bad_missed_function", f"missed_function belongs to multi_turn_miss_func, not {category}")
+            raise Invalid("bad_missed_function", f"missed_function belongs to multi_turn_miss_func, not {category}")
         if any(not turn for turn in question):
-            raise TaskInvalid("bad_question", "every turn needs a user message outside multi_turn_miss_func")
+            raise Invalid("bad_question", "every turn needs a user message outside multi_turn_miss_func")
         return {}
     names = set().union(*(data.function_names(c) for c in classes))
     ok = isinstance(value, dict) and value and all(
         isinstance(k, str) and k.isdigit() and 1 <= int(k) < len(question) and isinstance(v, list) and v
         and all(isinstance(n, str) and n in names for n in v) for k, v in value.items())
     if not ok:
-        raise TaskInvalid("bad_missed_function", "missed_function must map turn indices (1..turns-1, as strings) to "
-                                                 "functions of the involved classes")
+        raise Invalid("bad_missed_function", "missed_function must map turn indices (1..turns-1, as strings) to "
+                                             "functions of the involved classes")
     if any((str(i) in value) != (not turn) for i, turn in enumerate(question)):
-        raise TaskInvalid("bad_missed_function",
-                          "exactly the turns named in missed_function must be [] (no user message)")
+        raise Invalid("bad_missed_function",
+                      "exactly the turns named in missed_function must be [] (no user message)")
     return {k: list(v) for k, v in value.items()}
 
 
 def _ground_truth(value: Any, n_turns: int, category: str) -> list[list[dict[str, Any]]]:
     if not isinstance(value, list) or len(value) != n_turns:
-        raise TaskInvalid("bad_ground_truth", f"ground_truth must be a list of {n_turns} turns of calls")
+        raise Invalid("bad_ground_truth", f"ground_truth must be a list of {n_turns} turns of calls")
     for i, turn in enumerate(value):
         if not isinstance(turn, list) or len(turn) > MAX_CALLS_PER_TURN or not all(
                 isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("arguments", {}), dict)
                 and not set(c) - {"name", "arguments"} for c in turn):
-            raise TaskInvalid("bad_ground_truth", f"turn {i}: at most {MAX_CALLS_PER_TURN} calls "
-                                                  f"{{\"name\": text, \"arguments\": {{...}}}}")
+            raise Invalid("bad_ground_truth", f"turn {i}: at most {MAX_CALLS_PER_TURN} calls "
+                                              f"{{\"name\": text, \"arguments\": {{...}}}}")
     if category == "multi_turn_miss_param" and not any(not turn for turn in value[:-1]):
-        raise TaskInvalid("bad_ground_truth", "multi_turn_miss_param needs a turn without calls (a missing "
-                                              "parameter) before the last turn, which supplies it")
+        raise Invalid("bad_ground_truth", "multi_turn_miss_param needs a turn without calls (a missing "
+                                          "parameter) before the last turn, which supplies it")
     return [[{"name": c["name"], "arguments": c.get("arguments", {})} for c in turn] for turn in value]
 
 
@@ -156,13 +147,13 @@ def _is_error_result(text: str) -> bool:
 
 
 def replay_ground_truth(scenario: Scenario) -> None:
-    """Runs the ground truth through the dispatcher; raises TaskInvalid on a refusal, an error or no effect."""
+    """Runs the ground truth through the dispatcher; raises Invalid on a refusal, an error or no effect."""
     try:
         _replay(scenario)
-    except TaskInvalid:
+    except Invalid:
         raise
     except Exception as e:  # noqa: BLE001 - BFCL's backends cannot run this scenario (e.g. its config)
-        raise TaskInvalid("ground_truth_error", f"{type(e).__name__}: {str(e)[:200]}") from None
+        raise Invalid("ground_truth_error", f"{type(e).__name__}: {str(e)[:200]}") from None
 
 
 def _replay(scenario: Scenario) -> None:
@@ -172,37 +163,37 @@ def _replay(scenario: Scenario) -> None:
     for turn, calls in enumerate(scenario.ground_truth):
         for call in calls:
             if hidden_until.get(call["name"], 0) > turn:
-                raise TaskInvalid("bad_missed_function", f"turn {turn} calls {call['name']!r} before its reveal turn")
+                raise Invalid("bad_missed_function", f"turn {turn} calls {call['name']!r} before its reveal turn")
             before = dispatcher.backends.public_state()
             outcome = dispatcher.call(call["name"], call["arguments"])
             if outcome.error in ("unknown_function", "bad_arguments"):
-                raise TaskInvalid(outcome.error, f"turn {turn}: {outcome.observation[:300]}")
+                raise Invalid(outcome.error, f"turn {turn}: {outcome.observation[:300]}")
             if outcome.error is not None or _is_error_result(outcome.result):
-                raise TaskInvalid("ground_truth_error", f"turn {turn}, {call['name']}: {outcome.result[:300]}")
+                raise Invalid("ground_truth_error", f"turn {turn}, {call['name']}: {outcome.result[:300]}")
             effect = (effect or outcome.result not in ("None", "", "{}", "[]")
                       or dispatcher.backends.public_state() != before)
     if not effect:
-        raise TaskInvalid("no_effect", "no ground-truth call changes state or returns a result the checker compares")
+        raise Invalid("no_effect", "no ground-truth call changes state or returns a result the checker compares")
     verdict = check_episode(scenario, [[list(calls)] for calls in scenario.ground_truth])
     if not verdict.valid:
-        raise TaskInvalid("ground_truth_error",
-                          f"the ground truth fails the checker against itself: {verdict.error_type}")
+        raise Invalid("ground_truth_error",
+                      f"the ground truth fails the checker against itself: {verdict.error_type}")
 
 
 def validate(obj: Any, category: str, seed_question: Sequence[Any]) -> dict[str, Any]:
-    """A generation's JSON as task fields {prompt, verifier}; raises TaskInvalid."""
+    """A generation's JSON as task fields {prompt, verifier}; raises Invalid."""
     if not isinstance(obj, dict):
-        raise TaskInvalid("not_an_object", f"top-level JSON is a {type(obj).__name__}")
+        raise Invalid("not_an_object", f"top-level JSON is a {type(obj).__name__}")
     required = ["involved_classes", "initial_config", "question", "ground_truth"]
     if category == "multi_turn_miss_func":
         required.append("missed_function")
     missing = [k for k in required if k not in obj]
     if missing:
-        raise TaskInvalid("missing_field", f"missing {missing}; keys are {sorted(obj)[:20]}")
+        raise Invalid("missing_field", f"missing {missing}; keys are {sorted(obj)[:20]}")
     classes = _classes(obj["involved_classes"])
     question = normalize_question(obj["question"])
     if question == normalize_question(list(seed_question)):
-        raise TaskInvalid("copied_question", "the user turns repeat the seed's")
+        raise Invalid("copied_question", "the user turns repeat the seed's")
     initial_config = _initial_config(obj["initial_config"])
     missed = _missed_function(obj.get("missed_function"), category, question, classes)
     ground_truth = _ground_truth(obj["ground_truth"], len(question), category)

@@ -14,19 +14,19 @@ import dataclasses
 
 from bfcl_eval.constants.default_prompts import MAXIMUM_STEP_LIMIT
 
-from genenv_jax.domains.base import ChatPrompt, Message, Task
-from genenv_jax.domains.bfcl_multiturn.domain import BFCLMultiTurnDomain
+from genenv_jax.domains.base import ChatPrompt, Domain, Message, Task
+from genenv_jax.domains.experience import DomainSupport, Move, OfflineSettings
 from genenv_jax.domains.bfcl_multiturn.episode import TurnTracker, user_turn
-from genenv_jax.domains.bfcl_multiturn.experience_text import (END_TURN, action_text, result_lines, task_text,
+from genenv_jax.domains.bfcl_multiturn import transitions
+from genenv_jax.domains.bfcl_multiturn.experience_text import (ENVIRONMENT, END_TURN, action_text, result_lines, task_text,
                                                                user_state)
 from genenv_jax.domains.bfcl_multiturn.scenario import Scenario
-from genenv_jax.dreamgym.environments import Move
 from genenv_jax.text.tokenization import parse_tool_calls
 
 
 @dataclasses.dataclass
 class BFCLSyntheticEpisode:
-    """A `dreamgym.environments.SyntheticEpisode` for one multi-turn task (see the module docstring)."""
+    """A `domains.experience.SyntheticEpisode` for one multi-turn task (see the module docstring)."""
 
     first: ChatPrompt
     state: str
@@ -59,9 +59,9 @@ class BFCLSyntheticEpisode:
 
 
 class BFCLMultiTurnSynthetic:
-    """A `dreamgym.environments.SyntheticAdapter` for BFCL multi-turn tasks."""
+    """A `domains.experience.SyntheticAdapter` for BFCL multi-turn tasks."""
 
-    def __init__(self, domain: BFCLMultiTurnDomain):
+    def __init__(self, domain: Domain):
         self.domain = domain
 
     def start(self, task: Task) -> BFCLSyntheticEpisode:
@@ -71,3 +71,15 @@ class BFCLMultiTurnSynthetic:
         return BFCLSyntheticEpisode(first=first, state=user_state(scenario, 0), task_text=task_text(scenario),
                                     max_steps=scenario.n_turns * (MAXIMUM_STEP_LIMIT + 1), scenario=scenario,
                                     tracker=TurnTracker(scenario.n_turns))
+
+
+def dreamgym_support() -> DomainSupport:
+    """BFCL multi-turn's DreamGym pieces (`BFCLMultiTurnDomain.dreamgym`)."""
+    def offline(domain, tasks, s: OfflineSettings):
+        return transitions.collect(domain, tasks, random_per_task=s.random_per_task, rng=s.rng(),
+                                   max_replies=s.random_steps, perturb_prob=s.invalid_prob)
+
+    def episode(domain, task, transcript):
+        return transitions.episode_transitions(task, transcript, source="agent")
+
+    return DomainSupport(adapter=BFCLMultiTurnSynthetic, offline=offline, episode=episode, environment=ENVIRONMENT)

@@ -28,7 +28,7 @@ from genenv_jax.domains.bfcl_multiturn import data
 from genenv_jax.domains.bfcl_multiturn.episode import MultiTurnEnvironment
 from genenv_jax.domains.bfcl_multiturn.experience_text import (END_TURN, EPISODE_OVER, action_text, call_line,
                                                                results_state, task_text, user_state)
-from genenv_jax.dreamgym.transitions import Transition
+from genenv_jax.domains.experience import Transition
 from genenv_jax.text.tokenization import parse_tool_calls, render_tool_calls
 
 PERTURBATIONS = ("argument", "function", "drop", "skip_turn")

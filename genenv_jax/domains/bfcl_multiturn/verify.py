@@ -29,7 +29,7 @@ from bfcl_eval.eval_checker.multi_turn_eval.func_source_code import long_context
 
 from genenv_jax.domains.base import Message, Task
 from genenv_jax.domains.bfcl_multiturn import data
-from genenv_jax.domains.bfcl_multiturn.dispatch import _plain_json_problem
+from genenv_jax.domains.bfcl_multiturn.dispatch import plain_json_problem
 from genenv_jax.domains.bfcl_multiturn.domain import DONE_TEXT, BFCLMultiTurnDomain
 from genenv_jax.text.tokenization import render_tool_calls
 
@@ -52,7 +52,7 @@ _runs = itertools.count()
 def python_call(call: dict[str, Any]) -> str:
     """A dataset-derived JSON call as BFCL's decoded-call string `name(k=repr(v), ...)`."""
     name, arguments = call["name"], call["arguments"]
-    if (not (isinstance(name, str) and name.isidentifier()) or _plain_json_problem(arguments) is not None
+    if (not (isinstance(name, str) and name.isidentifier()) or plain_json_problem(arguments) is not None
             or not all(k.isidentifier() for k in arguments)):
         raise ValueError(f"not a plain call: {str(call)[:200]}")
     return f"{name}({','.join(f'{k}={v!r}' for k, v in arguments.items())})"

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from genenv_jax.data.prepared import DataMissing, load_records
-from genenv_jax.domains.base import (DIFFICULTY_DIRECTIONS, ChatPrompt, Domain, Environment, Rejection, ScoreResult,
-                                     SingleTurnEnvironment, Task, next_sibling, split_of)
+from genenv_jax.domains.base import (ChatPrompt, Domain, Environment, Invalid, Rejection, ScoreResult,
+                                     SingleTurnEnvironment, Task, check_difficulty, next_sibling)
 from genenv_jax.domains.travelplanner import data, generation
 from genenv_jax.domains.travelplanner.database import Database
 from genenv_jax.domains.travelplanner.episode import (DEFAULT_MAX_STEPS, REWARDS, TwoStageEnvironment, plan_of_turns,
@@ -64,7 +64,6 @@ class TravelPlannerDomain(Domain):
         self.data_dir, self.mode, self.reward, self.max_steps = str(data_dir), mode, reward, int(max_steps)
         self.levels, self.cache_dir = tuple(levels), cache_dir or None
         self._database_dir = database_dir
-        self._seeds: list[Task] | None = None
 
     # ------------------------------------------------------------------ data
     @property
@@ -78,7 +77,7 @@ class TravelPlannerDomain(Domain):
     @functools.cached_property
     def flights(self) -> FlightTable:
         """Flights the tools show: the CSV, else every seed's reference information (all splits)."""
-        return FlightTable.from_references(self.db, [t.prompt["reference_information"] for t in self._all_seeds()])
+        return FlightTable.from_references(self.db, [t.prompt["reference_information"] for t in self.seeds("all")])
 
     @property
     def judge_db(self):
@@ -93,17 +92,12 @@ class TravelPlannerDomain(Domain):
                     verifier={"annotated_plan": record["annotated_plan"]},
                     metadata={"split": record["split"], "source": record["source"], "days": record["days"]})
 
-    def _all_seeds(self) -> list[Task]:
-        if self._seeds is None:
-            if not self.data_dir:
-                raise DataMissing(f"travelplanner: no data_dir given ({data.INSTRUCTIONS})")
-            self._seeds = [self._task(r) for split in data.SPLITS
-                           for r in load_records(data.SOURCE, self.data_dir, split, self.cache_dir)
-                           if data.is_item(r) and r["level"] in self.levels]
-        return self._seeds
-
-    def seeds(self, split: str) -> list[Task]:
-        return split_of(self._all_seeds(), split)
+    def load_seeds(self) -> list[Task]:
+        if not self.data_dir:
+            raise DataMissing(f"travelplanner: no data_dir given ({data.INSTRUCTIONS})")
+        return [self._task(r) for split in data.SPLITS
+                for r in load_records(data.SOURCE, self.data_dir, split, self.cache_dir)
+                if data.is_item(r) and r["level"] in self.levels]
 
     # ------------------------------------------------------------------ agent side
     def agent_prompt(self, task: Task) -> ChatPrompt:
@@ -163,8 +157,7 @@ class TravelPlannerDomain(Domain):
     # ------------------------------------------------------------------ simulator side
     def simulator_prompt(self, seed: Task, recent_success: Sequence[float] = (), difficulty: str = "similar",
                          alpha: float = 0.5) -> ChatPrompt:
-        if difficulty not in DIFFICULTY_DIRECTIONS:
-            raise ValueError(f"difficulty {difficulty!r} not in {DIFFICULTY_DIRECTIONS}")
+        check_difficulty(difficulty)
         rng = random.Random(seed.task_id)
         cities = sorted(self.db.city_state)
         examples = sorted(rng.sample(cities, min(24, len(cities))))
@@ -174,17 +167,17 @@ class TravelPlannerDomain(Domain):
 
     def parse_task(self, text: str, seed: Task, difficulty: str | None = None) -> Task | Rejection:
         """Reads, checks and solves the simulator's query; a Task of its own level or a Rejection."""
-        def reject(reason: str, detail: str) -> Rejection:
-            return Rejection(domain=DOMAIN_NAME, reason=reason, detail=detail, seed_id=seed.task_id, raw_text=text)
+        def rejected(reason: str, detail: str) -> Rejection:
+            return self.reject(Invalid(reason, detail), seed, text)
 
         try:
             query, found = generation.validate(text, data.record_query(seed.prompt), self.db, self.flights)
-        except generation.GenerationInvalid as error:
-            return reject(error.reason, error.detail)
+        except Invalid as error:
+            return self.reject(error, seed, text)
         if not evaluate_plan(query, found.plan, self.judge_db).final_pass:
-            return reject("plan_fails_evaluator", "the search's plan does not pass the evaluator")
+            return rejected("plan_fails_evaluator", "the search's plan does not pass the evaluator")
         if query.level not in self.levels:
-            return reject("bad_field", f"level {query.level!r} is not served ({self.levels})")
+            return rejected("bad_field", f"level {query.level!r} is not served ({self.levels})")
         reference = reference_information(query, self.db, self.flights, list(found.cities))
         prompt = {"org": query.org, "dest": query.dest, "days": query.days,
                   "visiting_city_number": query.visiting_city_number, "date": list(query.date),

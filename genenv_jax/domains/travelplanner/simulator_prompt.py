@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Sequence
 
+from genenv_jax.domains.base import curriculum_line
 from genenv_jax.domains.travelplanner.queries import CUISINES, HOUSE_RULES, ROOM_TYPES, TRANSPORT_RULES, Query
 
 SIMULATOR_SYSTEM = (
@@ -28,9 +29,8 @@ def seed_fields(query: Query) -> dict:
 
 def simulator_messages(seed: Query, recent_success: Sequence[float], difficulty: str, alpha: float,
                        example_cities: Sequence[str], states: Sequence[str]) -> list[dict[str, str]]:
-    rate = (f"The planner currently solves requests like this one {sum(recent_success) / len(recent_success):.0%} "
-            f"of the time; the target is {alpha:.0%}.") if recent_success else \
-        f"The planner's success rate on this seed has not been measured yet; the target is {alpha:.0%}."
+    rate = curriculum_line(recent_success, alpha, difficulty, solver="The planner", doing="solves requests",
+                           count=False)
     user = "\n".join([
         "Seed request:", "```json", json.dumps(seed_fields(seed), ensure_ascii=False, indent=1), "```", "",
         rate, DIFFICULTY_TEXT[difficulty], "",

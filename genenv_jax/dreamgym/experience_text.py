@@ -20,7 +20,7 @@ import re
 from typing import Sequence
 
 from genenv_jax.domains.base import ChatPrompt
-from genenv_jax.dreamgym.transitions import Transition
+from genenv_jax.domains.experience import Transition
 
 GAME = "a text game that an agent plays"
 

@@ -1,16 +1,35 @@
-"""The one batched-update routine GRPO (agent), RWR (simulator) and warm-start SFT share:
-rows -> fixed-shape padded batches -> one optimizer step each -> averaged metrics."""
+"""The one batched-update routine GRPO (agent), RWR (simulator) and every SFT (the warm-starts, the
+experience model) share: a policy's arrays (`PolicyState`), rows -> fixed-shape padded batches ->
+one optimizer step each -> metrics checked finite and averaged."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Iterable, Mapping, Sequence
+import math
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
+import flax.struct
 import numpy as np
 from tqdm.auto import tqdm
 
-from genenv_jax.loop.packing import length_bucket, pack_sequences, padded_row_count
-from genenv_jax.loop.state import PolicyState
+from genenv_jax.rl.packing import length_bucket, pack_sequences, padded_row_count
+from genenv_jax.rl.step import TrainStep
+
+PyTree = Any
+
+
+@flax.struct.dataclass
+class PolicyState:
+    """One policy's arrays: params, optimizer state and the frozen KL reference (None until built)."""
+
+    params: PyTree
+    opt_state: PyTree
+    reference: PyTree | None = None
+
+
+class NonFiniteLossError(RuntimeError):
+    """An update produced a NaN/inf loss; the run stops before saving anything from this epoch."""
+
 
 TrainFn = Callable[[PolicyState, Mapping[str, np.ndarray]], tuple[PolicyState, dict[str, float]]]
 
@@ -63,3 +82,32 @@ def summarise(prefix: str, history: Sequence[Mapping[str, float]]) -> dict[str, 
         return {f"{prefix}/steps": 0}
     return {f"{prefix}/{k}": float(np.mean([m[k] for m in history])) for k in history[0]} | {
         f"{prefix}/steps": len(history)}
+
+
+def shuffled_batches(count: int, batch_size: int, steps: int, seed: int) -> Iterator[list[int]]:
+    """`steps` batches of example indices, each epoch over the examples in a fresh order."""
+    rng = np.random.default_rng(seed)
+    order: list[int] = []
+    for _ in range(steps):
+        while len(order) < batch_size:
+            order.extend(rng.permutation(count).tolist())
+        picked, order = order[:batch_size], order[batch_size:]
+        yield picked
+
+
+def float_metrics(metrics: Mapping[str, Any], what: str) -> dict[str, float]:
+    """Update metrics as floats; NonFiniteLossError when the loss is NaN/inf (`what` names the update)."""
+    out = {k: float(v) for k, v in metrics.items()}
+    loss = out.get("loss")
+    if loss is not None and not math.isfinite(loss):
+        raise NonFiniteLossError(f"{what}: non-finite loss {loss}; metrics {out}")
+    return out
+
+
+def step_trainer(step: TrainStep, what: str) -> TrainFn:
+    """A `TrainFn` around a step that needs no reference logprobs (SFT): the batch placed on the
+    step's mesh, one step, metrics checked finite (`what` names the update in an error)."""
+    def train(state: PolicyState, batch: Mapping[str, np.ndarray]) -> tuple[PolicyState, dict[str, float]]:
+        params, opt_state, metrics = step(state.params, state.opt_state, step.place_batch(dict(batch)))
+        return state.replace(params=params, opt_state=opt_state), float_metrics(metrics, what)
+    return train

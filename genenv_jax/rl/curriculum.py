@@ -1,4 +1,5 @@
-"""Curriculum signals: GenEnv's alpha reward R_env, the difficulty band, and DreamGym seed selection.
+"""Curriculum signals: GenEnv's alpha reward R_env, the difficulty band, the difficulty direction asked
+of the simulator, and DreamGym seed selection.
 
 Pure numpy / Python functions of rollout records, so the loop can compute them on the host after
 scoring and log or unit-test every number. The formulas (GenEnv and DreamGym papers):
@@ -290,3 +291,20 @@ def select_seeds(seed_ids: Sequence[str], variances: Mapping[str, float], num_se
         chosen.append(seed)
         reasons.append("refill")
     return SeedSelection(tuple(chosen), tuple(reasons))
+
+
+def difficulty_direction(recent_success: Sequence[float], alpha: float = 0.5, band: float = 0.1) -> str:
+    """Which way to move a seed's difficulty so the agent's success rate approaches `alpha`: one of
+    the domains' DIFFICULTY_DIRECTIONS ("easier", "similar", "harder").
+
+    `recent_success` holds the agent's recent success rates (p_hat) on the seed or its variants;
+    above `alpha + band` asks for harder variants, below `alpha - band` for easier ones.
+    """
+    if not recent_success:
+        return "similar"
+    p = sum(recent_success) / len(recent_success)
+    if p > alpha + band:
+        return "harder"
+    if p < alpha - band:
+        return "easier"
+    return "similar"

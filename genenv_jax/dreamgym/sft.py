@@ -4,34 +4,26 @@ demos retrieval finds for it, never the transition itself) and the reply it shou
 from __future__ import annotations
 
 import logging
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
-import numpy as np
 
 from genenv_jax.text.chat_text import ChatText
-from genenv_jax.dreamgym import experience_model
-from genenv_jax.dreamgym.experience_model import PromptSettings
-from genenv_jax.dreamgym.predictor import Predictor, Query, Retrieval
-from genenv_jax.dreamgym.transitions import Transition
-from genenv_jax.loop.learning import shuffled_batches
-from genenv_jax.loop.policy import float_metrics
-from genenv_jax.loop.state import PolicyState
-from genenv_jax.loop.updates import TrainFn, TrainRow, batch_shape, train_steps
+from genenv_jax.dreamgym import experience_text as experience_model
+from genenv_jax.dreamgym.experience_text import PromptSettings
+from genenv_jax.dreamgym.predictor import Query, Retrieval, query_prompts
+from genenv_jax.domains.experience import Transition
+from genenv_jax.rl.batches import (PolicyState, TrainFn, TrainRow, batch_shape, shuffled_batches, step_trainer,
+                                   train_steps)
 from genenv_jax.rl import TrainStep
 
 
 def sft_rows(text: ChatText, transitions: Sequence[Transition], retrieval: Retrieval | None,
              settings: PromptSettings, max_prompt_len: int) -> list[TrainRow]:
     """One row per transition; prompts built as at prediction time (same demo and history trimming)."""
-    shaper = Predictor(text=text, sample=_no_sampling, settings=settings, retrieval=retrieval,
-                       max_prompt_len=max_prompt_len)
-    prompts = shaper.prompts([Query.of(t, exclude_self=True) for t in transitions])
+    prompts = query_prompts(text, [Query.of(t, exclude_self=True) for t in transitions], settings, retrieval,
+                            max_prompt_len)
     return [TrainRow(p, text.encode(experience_model.target(t, settings)) + [text.end_id])
             for p, t in zip(prompts, transitions) if len(p) <= max_prompt_len]
-
-
-def _no_sampling(prompts, seed):
-    raise RuntimeError("sft_rows only builds prompts")
 
 
 def train(train_fn: TrainFn, state: PolicyState, rows: Sequence[TrainRow], *, steps: int, batch_size: int,
@@ -52,8 +44,5 @@ def train(train_fn: TrainFn, state: PolicyState, rows: Sequence[TrainRow], *, st
 
 def bare_sft(step: TrainStep) -> tuple[TrainFn, Callable[[object], PolicyState]]:
     """(train_fn, state_of(params)) around an SFT step built outside a run config (tools, tests)."""
-    def train_fn(state: PolicyState, batch: Mapping[str, np.ndarray]):
-        params, opt_state, metrics = step(state.params, state.opt_state, step.place_batch(dict(batch)))
-        return state.replace(params=params, opt_state=opt_state), float_metrics(metrics, "experience model SFT")
-
-    return train_fn, lambda params: PolicyState(params=params, opt_state=step.init_opt_state(params))
+    return step_trainer(step, "experience model SFT"), lambda params: PolicyState(
+        params=params, opt_state=step.init_opt_state(params))

@@ -31,12 +31,9 @@ import random
 import re
 from typing import Any, Sequence
 
-from genenv_jax.domains.base import (DIFFICULTY_DIRECTIONS, ChatPrompt, Domain, Rejection, ScoreResult, Task,
-                                     SPLITS, next_sibling, split_of)
-from genenv_jax.domains.calc_expressions import (FUNCTIONS, LEVELS, MAX_GENERATION_CHARS, NUM_LEVELS,
-                                                 OPERATOR_FUNCTION, REJECTION_REASONS, Level, TaskInvalid, evaluate,
-                                                 expected_call, level_of, measure, parse_expression,
-                                                 render_expression, walk)
+from genenv_jax.domains.base import (SPLITS, ChatPrompt, Domain, Invalid, Rejection, ScoreResult, Task,
+                                     check_difficulty, next_sibling)
+from genenv_jax.domains.calc.expressions import (FUNCTIONS, LEVELS, MAX_GENERATION_CHARS, NUM_LEVELS, OPERATOR_FUNCTION, REJECTION_REASONS, Level, evaluate, expected_call, level_of, measure, parse_expression, render_expression, walk)
 from genenv_jax.text.tokenization import parse_tool_calls, render_tool_call
 
 DOMAIN_NAME = "calc"
@@ -53,39 +50,39 @@ def read_generation(text: str, complete_functions: bool = False) -> dict[str, An
     """The task a simulator generation states: {"expression", "tree", "functions", "stated_answer",
     "completed"}.
 
-    Looks at the first `question:`, `functions:` and `answer:` lines. Raises TaskInvalid. With
+    Looks at the first `question:`, `functions:` and `answer:` lines. Raises Invalid. With
     `complete_functions`, the functions line only adds distractors: a missing line means none, a
     repeated name counts once, and the functions the expression needs are appended when absent
     (`completed` counts them); the level is measured on the completed list.
     """
     if len(text) > MAX_GENERATION_CHARS:
-        raise TaskInvalid("too_large", f"{len(text)} characters; the limit is {MAX_GENERATION_CHARS}")
+        raise Invalid("too_large", f"{len(text)} characters; the limit is {MAX_GENERATION_CHARS}")
     fields: dict[str, str] = {}
     for m in _LINE.finditer(text):
         fields.setdefault(m.group(1).lower(), m.group(2).strip())
     if "question" not in fields:
-        raise TaskInvalid("no_question", "no 'question:' line")
+        raise Invalid("no_question", "no 'question:' line")
     if "functions" not in fields and not complete_functions:
-        raise TaskInvalid("no_functions", "no 'functions:' line")
+        raise Invalid("no_functions", "no 'functions:' line")
     question = fields["question"]
     question = question[len("Compute"):].strip() if question.lower().startswith("compute") else question
     question = question.rstrip(".?= ").strip()
     tree = parse_expression(question)
     if tree[0] == "num":
-        raise TaskInvalid("bad_expression", "the expression has no operation")
+        raise Invalid("bad_expression", "the expression has no operation")
     names = [n.strip() for n in fields.get("functions", "").split(",") if n.strip()]
     if complete_functions:
         names = list(dict.fromkeys(names))
     if len(names) > len(FUNCTIONS):
-        raise TaskInvalid("out_of_range", f"{len(names)} functions listed; there are only {len(FUNCTIONS)}")
+        raise Invalid("out_of_range", f"{len(names)} functions listed; there are only {len(FUNCTIONS)}")
     unknown = [n for n in names if n not in FUNCTIONS]
     if unknown:
-        raise TaskInvalid("unknown_function", f"unknown functions {[u[:40] for u in unknown]}")
+        raise Invalid("unknown_function", f"unknown functions {[u[:40] for u in unknown]}")
     if len(set(names)) != len(names):
-        raise TaskInvalid("duplicate_function", f"functions {names} list one twice")
+        raise Invalid("duplicate_function", f"functions {names} list one twice")
     missing = sorted({OPERATOR_FUNCTION[n[0]] for n in walk(tree) if n[0] != "num"} - set(names))
     if missing and not complete_functions:
-        raise TaskInvalid("missing_function", f"the expression needs {missing}, which are not listed")
+        raise Invalid("missing_function", f"the expression needs {missing}, which are not listed")
     names += missing if complete_functions else []
     stated = fields.get("answer")
     stated_value = int(stated) if stated is not None and re.fullmatch(r"-?[0-9]{1,12}", stated) else None
@@ -111,7 +108,7 @@ def _make_task(task_id: str, expression: str, tree: tuple, functions: Sequence[s
     feats = measure(tree, functions)
     level = level_of(feats)
     if level is None:
-        raise TaskInvalid("out_of_range", f"beyond level {NUM_LEVELS}: {dataclasses.asdict(feats)}")
+        raise Invalid("out_of_range", f"beyond level {NUM_LEVELS}: {dataclasses.asdict(feats)}")
     return Task(domain=DOMAIN_NAME, task_id=task_id, category=f"level_{level}",
                 prompt={"question": f"Compute {expression}.", "expression": expression, "functions": list(functions)},
                 verifier={"call": expected_call(tree), "value": evaluate(tree)},
@@ -174,32 +171,25 @@ class CalcDomain(Domain):
         if unknown:
             raise ValueError(f"per_level: unknown splits {unknown}; expected {SPLITS}")
         self.seed = seed
-        self._seeds: list[Task] | None = None
 
-    def _all_seeds(self) -> list[Task]:
+    def load_seeds(self) -> list[Task]:
         """Every seed, split by split and level by level; no expression appears twice."""
-        if self._seeds is None:
-            rng = random.Random(f"calc-seeds-{self.seed}")
-            seen: set[str] = set()
-            tasks = []
-            for split in SPLITS:
-                for level in LEVELS:
-                    made = 0
-                    while made < self.per_level.get(split, 0):
-                        expression, tree, functions = _random_task_text(rng, level)
-                        if expression in seen:
-                            continue
-                        seen.add(expression)
-                        tasks.append(_make_task(f"calc/{split}/L{level.number}/{made:03d}", expression, tree,
-                                                functions, parent=None, difficulty=None,
-                                                metadata={"source": "calc_seed", "split": split}))
-                        made += 1
-            self._seeds = tasks
-        return self._seeds
-
-    def seeds(self, split: str) -> list[Task]:
-        """Seed tasks of 'train', 'validation', 'test' or 'all', split then level order."""
-        return split_of(self._all_seeds(), split)
+        rng = random.Random(f"calc-seeds-{self.seed}")
+        seen: set[str] = set()
+        tasks = []
+        for split in SPLITS:
+            for level in LEVELS:
+                made = 0
+                while made < self.per_level.get(split, 0):
+                    expression, tree, functions = _random_task_text(rng, level)
+                    if expression in seen:
+                        continue
+                    seen.add(expression)
+                    tasks.append(_make_task(f"calc/{split}/L{level.number}/{made:03d}", expression, tree,
+                                            functions, parent=None, difficulty=None,
+                                            metadata={"source": "calc_seed", "split": split}))
+                    made += 1
+        return tasks
 
     # ------------------------------------------------------------------ agent side
     def agent_prompt(self, task: Task) -> ChatPrompt:
@@ -236,8 +226,7 @@ class CalcDomain(Domain):
     # ------------------------------------------------------------------ simulator side
     def simulator_prompt(self, seed: Task, recent_success: Sequence[float] = (), difficulty: str = "similar",
                          alpha: float = 0.5) -> ChatPrompt:
-        if difficulty not in DIFFICULTY_DIRECTIONS:
-            raise ValueError(f"difficulty {difficulty!r} not in {DIFFICULTY_DIRECTIONS}")
+        check_difficulty(difficulty)
         level = seed.metadata.get("level", 1)
         if recent_success:
             rate = sum(recent_success) / len(recent_success)
@@ -268,7 +257,7 @@ class CalcDomain(Domain):
         try:
             g = read_generation(text, self.complete_functions)
             if g["expression"] == seed.prompt.get("expression"):
-                raise TaskInvalid("copy_of_seed", "the expression repeats the seed's")
+                raise Invalid("copy_of_seed", "the expression repeats the seed's")
             digest = hashlib.sha256(write_generation(g["expression"], g["functions"]).encode()).hexdigest()[:12]
             meta: dict[str, Any] = {"source": "simulator", "seed_level": seed.metadata.get("level"),
                                     "functions_completed": g["completed"]}
@@ -276,9 +265,8 @@ class CalcDomain(Domain):
                 meta["stated_answer_ok"] = g["stated_value"] == evaluate(g["tree"])
             return _make_task(f"{seed.task_id}~{digest}", g["expression"], g["tree"], g["functions"],
                               parent=seed.task_id, difficulty=difficulty, metadata=meta)
-        except TaskInvalid as e:
-            return Rejection(domain=DOMAIN_NAME, reason=e.reason, detail=e.detail, seed_id=seed.task_id,
-                             raw_text=text)
+        except Invalid as e:
+            return self.reject(e, seed, text)
 
     def reference_generation(self, seed: Task, sibling: Task | None = None) -> str:
         """A sibling of the seed's split and level, written in the simulator's format."""

@@ -4,7 +4,7 @@ ablations without replay retrieval, without reasoning and without task generatio
 measured on the real engine (held-out games, greedy) after the warm-start and after every epoch,
 and on the train games themselves for the warm-started and the final agent.
 
-    python -m genenv_jax.dreamgym.compare --workdir=runs/dreamgym-compare      # ~40 min on 2 CPU cores
+    python -m genenv_jax.tools.dreamgym_compare --workdir=runs/dreamgym-compare      # ~40 min on 2 CPU cores
 
 Every arm is one `mode=dreamgym` run of the same config (`comparison_config`) with a few dreamgym
 keys changed (`ARMS`); they share the generated games, a small SentencePiece tokenizer trained on
@@ -85,7 +85,7 @@ def prepare_tokenizer(workdir: Path, config: ConfigDict) -> Path:
     prompts and replies for their offline transitions (trained once; atomic)."""
     from genenv_jax.domains import get_domain
     from genenv_jax.dreamgym.domains import OfflineSettings, domain_support, run_rng_key
-    from genenv_jax.dreamgym.experience_model import PromptSettings
+    from genenv_jax.dreamgym.experience_text import PromptSettings
     from genenv_jax.dreamgym.fit_experience import tokenizer_texts
     from genenv_jax.text.small_tokenizer import domain_training_texts, small_tokenizer_once
 
@@ -103,7 +103,7 @@ def run_arm(workdir: Path, name: str, config: ConfigDict) -> None:
     import jax
 
     from genenv_jax.loop import CoEvolution
-    from genenv_jax.run_config import RunConfig
+    from genenv_jax.configs.run_config import RunConfig
 
     run_dir = workdir / "runs" / name
     if (run_dir / "done.json").is_file():
@@ -124,7 +124,7 @@ def evaluate_on_train_games(workdir: Path, name: str, config: ConfigDict) -> dic
 
     from genenv_jax.loop import CoEvolution
     from genenv_jax.loop.heldout import HeldOut
-    from genenv_jax.run_config import RunConfig
+    from genenv_jax.configs.run_config import RunConfig
 
     run_dir = workdir / "runs" / name
     path = run_dir / "train_games.json"

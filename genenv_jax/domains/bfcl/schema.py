@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from genenv_jax.domains.bfcl_checker import check_calls, official_checker_module
+from genenv_jax.domains.bfcl.checker import check_calls, official_checker_module
+from genenv_jax.domains.records import Invalid
 from genenv_jax.text.tokenization import ToolCall
 
 VALIDATION_LEVELS = ("strict", "lenient")
@@ -45,16 +46,6 @@ REJECTION_REASONS = (
 
 # Types the official Python checker understands (its PYTHON_TYPE_MAPPING keys).
 CHECKER_TYPES = ("string", "integer", "float", "boolean", "array", "tuple", "dict", "any")
-
-
-class TaskInvalid(Exception):
-    """A candidate task that fails validation; `reason` is one of REJECTION_REASONS."""
-
-    def __init__(self, reason: str, detail: str):
-        assert reason in REJECTION_REASONS, reason
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
 
 
 def category_kind(category: str) -> str:
@@ -101,18 +92,18 @@ def normalize_question(question: Any) -> list[dict[str, str]]:
     if isinstance(question, list) and len(question) == 1 and isinstance(question[0], list):
         question = question[0]  # BFCL's list of turns with a single turn
     if not isinstance(question, list) or not question:
-        raise TaskInvalid("bad_question", f"expected a string or a list of messages, got {type(question).__name__}")
+        raise Invalid("bad_question", f"expected a string or a list of messages, got {type(question).__name__}")
     messages = []
     for i, m in enumerate(question):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
-            raise TaskInvalid("bad_question", f"message {i} is not {{'role': str, 'content': str}}")
+            raise Invalid("bad_question", f"message {i} is not {{'role': str, 'content': str}}")
         if m["role"] not in ("system", "user", "assistant"):
-            raise TaskInvalid("bad_question", f"message {i} has role {m['role']!r}")
+            raise Invalid("bad_question", f"message {i} has role {m['role']!r}")
         messages.append({"role": m["role"], "content": m["content"]})
     if messages[-1]["role"] != "user":
-        raise TaskInvalid("bad_question", f"last message has role {messages[-1]['role']!r}, expected 'user'")
+        raise Invalid("bad_question", f"last message has role {messages[-1]['role']!r}, expected 'user'")
     if not messages[-1]["content"].strip():
-        raise TaskInvalid("empty_question", "the final user message is empty")
+        raise Invalid("empty_question", "the final user message is empty")
     return messages
 
 
@@ -126,23 +117,23 @@ def question_key(messages: Sequence[Mapping[str, str]]) -> str:
 # ----------------------------------------------------------------------------------------------
 def _check_param_schema(where: str, schema: Any) -> None:
     if not isinstance(schema, dict):
-        raise TaskInvalid("bad_function_schema", f"{where}: parameter schema is not an object")
+        raise Invalid("bad_function_schema", f"{where}: parameter schema is not an object")
     t = schema.get("type")
     if t not in CHECKER_TYPES:
-        raise TaskInvalid("bad_function_schema", f"{where}: type {t!r} not in {CHECKER_TYPES}")
+        raise Invalid("bad_function_schema", f"{where}: type {t!r} not in {CHECKER_TYPES}")
     if "description" in schema and not isinstance(schema["description"], str):
-        raise TaskInvalid("bad_function_schema", f"{where}: description is not a string")
+        raise Invalid("bad_function_schema", f"{where}: description is not a string")
     if "enum" in schema and not isinstance(schema["enum"], list):
-        raise TaskInvalid("bad_function_schema", f"{where}: enum is not a list")
+        raise Invalid("bad_function_schema", f"{where}: enum is not a list")
     if t in ("array", "tuple"):
         items = schema.get("items")
         if not isinstance(items, dict) or items.get("type") not in CHECKER_TYPES:
-            raise TaskInvalid("bad_function_schema", f"{where}: {t} needs 'items' with a type in {CHECKER_TYPES}")
+            raise Invalid("bad_function_schema", f"{where}: {t} needs 'items' with a type in {CHECKER_TYPES}")
         _check_param_schema(f"{where}.items", items)
     if t == "dict" and "properties" in schema:
         props = schema["properties"]
         if not isinstance(props, dict):
-            raise TaskInvalid("bad_function_schema", f"{where}: properties is not an object")
+            raise Invalid("bad_function_schema", f"{where}: properties is not an object")
         for name, sub in props.items():
             _check_param_schema(f"{where}.{name}", sub)
 
@@ -150,30 +141,30 @@ def _check_param_schema(where: str, schema: Any) -> None:
 def validate_functions(functions: Any) -> list[dict[str, Any]]:
     """Checks BFCL function docs: name, description, parameters {type: dict, properties, required}."""
     if not isinstance(functions, list):
-        raise TaskInvalid("bad_function_schema", f"function must be a list, got {type(functions).__name__}")
+        raise Invalid("bad_function_schema", f"function must be a list, got {type(functions).__name__}")
     seen = set()
     for i, f in enumerate(functions):
         if not isinstance(f, dict):
-            raise TaskInvalid("bad_function_schema", f"function {i} is not an object")
+            raise Invalid("bad_function_schema", f"function {i} is not an object")
         name = f.get("name")
         if not isinstance(name, str) or not name.strip():
-            raise TaskInvalid("bad_function_schema", f"function {i} has no name")
+            raise Invalid("bad_function_schema", f"function {i} has no name")
         if name in seen:
-            raise TaskInvalid("duplicate_function", f"function {name!r} is listed twice")
+            raise Invalid("duplicate_function", f"function {name!r} is listed twice")
         seen.add(name)
         if not isinstance(f.get("description"), str):
-            raise TaskInvalid("bad_function_schema", f"function {name!r}: description must be a string")
+            raise Invalid("bad_function_schema", f"function {name!r}: description must be a string")
         params = f.get("parameters")
         if not isinstance(params, dict) or params.get("type") != "dict":
-            raise TaskInvalid("bad_function_schema", f"function {name!r}: parameters must be {{'type': 'dict', ...}}")
+            raise Invalid("bad_function_schema", f"function {name!r}: parameters must be {{'type': 'dict', ...}}")
         props, required = params.get("properties"), params.get("required")
         if not isinstance(props, dict):
-            raise TaskInvalid("bad_function_schema", f"function {name!r}: parameters.properties must be an object")
+            raise Invalid("bad_function_schema", f"function {name!r}: parameters.properties must be an object")
         if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
-            raise TaskInvalid("bad_function_schema", f"function {name!r}: parameters.required must be a list of names")
+            raise Invalid("bad_function_schema", f"function {name!r}: parameters.required must be a list of names")
         undeclared = [r for r in required if r not in props]
         if undeclared:
-            raise TaskInvalid("bad_function_schema", f"function {name!r}: required {undeclared} not in properties")
+            raise Invalid("bad_function_schema", f"function {name!r}: required {undeclared} not in properties")
         for pname, schema in props.items():
             _check_param_schema(f"{name}.{pname}", schema)
     return functions
@@ -226,18 +217,18 @@ def _check_values(where: str, values: Any, schema: Mapping[str, Any] | None, str
     `literal` marks values nested inside a dict answer, which are compared as they are.
     """
     if not isinstance(values, list):
-        raise TaskInvalid("bad_ground_truth", f"{where}: acceptable values must be a list, got {values!r}")
+        raise Invalid("bad_ground_truth", f"{where}: acceptable values must be a list, got {values!r}")
     if not values:
-        raise TaskInvalid("empty_answer_values", f"{where}: no acceptable value")
+        raise Invalid("empty_answer_values", f"{where}: no acceptable value")
     if schema is None or not strict:
         return
     for v in values:
         if v == "":
             continue
         if not _fits_type(v, schema):
-            raise TaskInvalid("type_mismatch", f"{where}: {v!r} does not fit type {schema.get('type')!r}")
+            raise Invalid("type_mismatch", f"{where}: {v!r} does not fit type {schema.get('type')!r}")
         if v is not None and "enum" in schema and not _in_enum(v, schema["enum"]):
-            raise TaskInvalid("enum_violation", f"{where}: {v!r} not in enum {schema['enum']}")
+            raise Invalid("enum_violation", f"{where}: {v!r} not in enum {schema['enum']}")
         if literal:
             continue
         if schema.get("type") == "dict" and isinstance(v, dict):
@@ -256,7 +247,7 @@ def _check_dict_answer(where: str, answer: Mapping[str, Any], schema: Mapping[st
     props = schema.get("properties")
     for key, values in answer.items():
         if props is not None and key not in props:
-            raise TaskInvalid("unknown_argument", f"{where}: key {key!r} not in the declared properties")
+            raise Invalid("unknown_argument", f"{where}: key {key!r} not in the declared properties")
         _check_values(f"{where}.{key}", values, props.get(key) if props else None, strict, literal=True)
 
 
@@ -267,37 +258,37 @@ def validate_ground_truth(ground_truth: Any, functions: Sequence[Mapping[str, An
         raise ValueError(f"validation level {level!r} not in {VALIDATION_LEVELS}")
     strict = level == "strict"
     if not isinstance(ground_truth, list):
-        raise TaskInvalid("bad_ground_truth", f"ground_truth must be a list, got {type(ground_truth).__name__}")
+        raise Invalid("bad_ground_truth", f"ground_truth must be a list, got {type(ground_truth).__name__}")
     min_f, max_f, min_c, max_c = _COUNT_RULES[category_kind(category)]
     if len(functions) < min_f or (max_f is not None and len(functions) > max_f):
-        raise TaskInvalid("wrong_function_count", f"{len(functions)} function docs; {category}: {count_rule_text(category)}")
+        raise Invalid("wrong_function_count", f"{len(functions)} function docs; {category}: {count_rule_text(category)}")
     if len(ground_truth) < min_c or (max_c is not None and len(ground_truth) > max_c):
-        raise TaskInvalid("wrong_call_count", f"{len(ground_truth)} calls; {category}: {count_rule_text(category)}")
+        raise Invalid("wrong_call_count", f"{len(ground_truth)} calls; {category}: {count_rule_text(category)}")
     docs = {f["name"]: f for f in functions}
     for i, call in enumerate(ground_truth):
         if not isinstance(call, dict) or len(call) != 1:
-            raise TaskInvalid("bad_ground_truth", f"call {i} must be a one-key object {{function_name: {{...}}}}")
+            raise Invalid("bad_ground_truth", f"call {i} must be a one-key object {{function_name: {{...}}}}")
         (name, args), = call.items()
         if not isinstance(args, dict):
-            raise TaskInvalid("bad_ground_truth", f"call {i} ({name}): arguments must be an object of value lists")
+            raise Invalid("bad_ground_truth", f"call {i} ({name}): arguments must be an object of value lists")
         if name not in docs:
-            raise TaskInvalid("unknown_function", f"call {i} names {name!r}; provided: {sorted(docs)}")
+            raise Invalid("unknown_function", f"call {i} names {name!r}; provided: {sorted(docs)}")
         props = docs[name]["parameters"]["properties"]
         for pname, values in args.items():
             where = f"call {i} ({name}).{pname}"
             if not isinstance(values, list):
-                raise TaskInvalid("bad_ground_truth", f"{where}: acceptable values must be a list, got {values!r}")
+                raise Invalid("bad_ground_truth", f"{where}: acceptable values must be a list, got {values!r}")
             if pname not in props and "" not in values:
-                raise TaskInvalid("unknown_argument", f"{where}: not a declared parameter of {name!r}")
+                raise Invalid("unknown_argument", f"{where}: not a declared parameter of {name!r}")
             _check_values(where, values, props.get(pname), strict)
         for required in docs[name]["parameters"]["required"]:
             if required not in args or all(v == "" for v in args[required]):
-                raise TaskInvalid("missing_required_argument", f"call {i} ({name}): required {required!r} has no value")
+                raise Invalid("missing_required_argument", f"call {i} ({name}): required {required!r} has no value")
     if ground_truth:
         result = check_calls(functions, reference_calls(functions, ground_truth), ground_truth, category)
         if not result.valid:
-            raise TaskInvalid("unsolvable", f"official checker rejects the ideal answer: {result.error_type}: "
-                                            f"{str(result.errors)[:300]}")
+            raise Invalid("unsolvable", f"official checker rejects the ideal answer: {result.error_type}: "
+                                        f"{str(result.errors)[:300]}")
     return ground_truth
 
 

@@ -6,27 +6,25 @@ official AST checker on the parsed calls (irrelevance categories: success means 
 simulator is shown one seed in BFCL's own JSON format and asked for a variant in the same format,
 which `parse_task` validates (bfcl_schema.py) before it becomes a task.
 
-CLI: `python -m genenv_jax.domains.bfcl --stats` prints seed counts per category and split;
-`--check` runs the reward check on every shipped possible answer and `parse_task` on every entry.
+CLI (`__main__.py`): `python -m genenv_jax.domains.bfcl --stats` prints seed counts per category and
+split; `--check` runs the reward check on every shipped possible answer and `parse_task` on every entry.
 """
 
 from __future__ import annotations
 
-import argparse
-import collections
 import copy
 import hashlib
 import json
-import sys
 from typing import Any, Mapping, Sequence
 
-from genenv_jax.domains import bfcl_data, bfcl_schema
-from genenv_jax.domains.base import (DIFFICULTY_DIRECTIONS, ChatPrompt, Domain, Rejection, ScoreResult, Task,
-                                     next_sibling, split_of)
-from genenv_jax.domains.bfcl_checker import check_calls
-from genenv_jax.domains.bfcl_data import CATEGORIES, IRRELEVANCE_CATEGORIES, SPLITS, SplitFractions
-from genenv_jax.domains.bfcl_schema import REJECTION_REASONS, TaskInvalid
-from genenv_jax.domains.bfcl_generation import as_generation, extract_json_object, seed_json, task_as_generation
+from genenv_jax.domains.bfcl import data as bfcl_data, schema as bfcl_schema
+from genenv_jax.domains.base import (ChatPrompt, Domain, Invalid, Rejection, ScoreResult, Task, curriculum_line,
+                                     next_sibling)
+from genenv_jax.domains.bfcl.checker import check_calls
+from genenv_jax.domains.bfcl.data import CATEGORIES, IRRELEVANCE_CATEGORIES, SPLITS, SplitFractions
+from genenv_jax.domains.bfcl.generation import as_generation, seed_json
+from genenv_jax.domains.bfcl.schema import REJECTION_REASONS
+from genenv_jax.domains.generation import extract_json_object
 from genenv_jax.text.tokenization import parse_tool_calls, render_tool_calls
 
 DOMAIN_NAME = "bfcl"
@@ -89,29 +87,22 @@ class BFCLDomain(Domain):
         self.split_fractions = split_fractions
         self.split_salt = split_salt
         self.validation = validation
-        self._seeds: list[Task] | None = None
 
     # ------------------------------------------------------------------ seeds
-    def _all_seeds(self) -> list[Task]:
+    def load_seeds(self) -> list[Task]:
         """Every seed of the configured categories, in category then file order."""
-        if self._seeds is None:
-            entries = [e for c in self.categories for e in bfcl_data.load_category(c)]
-            assignment = bfcl_data.assign_splits(entries, self.split_fractions, self.split_salt)
-            self._seeds = [Task(
-                domain=DOMAIN_NAME, task_id=e.id, category=e.category,
-                prompt={"question": copy.deepcopy(e.question), "functions": copy.deepcopy(e.functions)},
-                verifier={"ground_truth": copy.deepcopy(e.ground_truth)},
-                metadata={"source": "bfcl_v4", "split": assignment[e.id]}) for e in entries]
-        return self._seeds
-
-    def seeds(self, split: str) -> list[Task]:
-        """Seed tasks of 'train', 'validation', 'test' or 'all', in category then file order."""
-        return split_of(self._all_seeds(), split)
+        entries = [e for c in self.categories for e in bfcl_data.load_category(c)]
+        assignment = bfcl_data.assign_splits(entries, self.split_fractions, self.split_salt)
+        return [Task(
+            domain=DOMAIN_NAME, task_id=e.id, category=e.category,
+            prompt={"question": copy.deepcopy(e.question), "functions": copy.deepcopy(e.functions)},
+            verifier={"ground_truth": copy.deepcopy(e.ground_truth)},
+            metadata={"source": "bfcl_v4", "split": assignment[e.id]}) for e in entries]
 
     def split_counts(self) -> dict[str, dict[str, int]]:
         """{category: {split: count}} for the configured split."""
         counts = {c: {s: 0 for s in SPLITS} for c in self.categories}
-        for t in self._all_seeds():
+        for t in self.seeds("all"):
             counts[t.category][t.metadata["split"]] += 1
         return counts
 
@@ -193,15 +184,7 @@ class BFCLDomain(Domain):
         States the agent's recent success on the seed against the target `alpha` and asks for the
         given difficulty; both come from the caller's curriculum, so they cannot drift apart.
         """
-        if difficulty not in DIFFICULTY_DIRECTIONS:
-            raise ValueError(f"difficulty {difficulty!r} not in {DIFFICULTY_DIRECTIONS}")
-        if recent_success:
-            rate = sum(recent_success) / len(recent_success)
-            success_line = (f"The agent currently solves tasks like this one {rate:.0%} of the time "
-                            f"(last {len(recent_success)} measurements); the target is {alpha:.0%}.")
-        else:
-            success_line = (f"The agent's success rate on this seed has not been measured yet; "
-                            f"the target is {alpha:.0%}.")
+        success_line = curriculum_line(recent_success, alpha, difficulty)
         irrelevance = seed.category in IRRELEVANCE_CATEGORIES
         answer_rule = (
             'ground_truth: [] (an empty list): the question must be one that none of the functions can '
@@ -236,111 +219,21 @@ class BFCLDomain(Domain):
         try:
             obj = extract_json_object(text)
             if not isinstance(obj, dict):
-                raise TaskInvalid("not_an_object", f"top-level JSON is a {type(obj).__name__}")
+                raise Invalid("not_an_object", f"top-level JSON is a {type(obj).__name__}")
             functions_key = "function" if "function" in obj else "functions"
             missing = [k for k in ("question", functions_key, "ground_truth") if k not in obj]
             if missing:
-                raise TaskInvalid("missing_field", f"missing {missing}; keys are {sorted(obj)}")
+                raise Invalid("missing_field", f"missing {missing}; keys are {sorted(obj)}")
             question = bfcl_schema.normalize_question(obj["question"])
             if bfcl_schema.question_key(question) == bfcl_schema.question_key(seed.prompt["question"]):
-                raise TaskInvalid("copied_question", "the question repeats the seed's question")
+                raise Invalid("copied_question", "the question repeats the seed's question")
             functions = bfcl_schema.validate_functions(obj[functions_key])
             ground_truth = bfcl_schema.validate_ground_truth(obj["ground_truth"], functions, seed.category,
                                                              self.validation)
-        except TaskInvalid as e:
-            return Rejection(domain=DOMAIN_NAME, reason=e.reason, detail=e.detail, seed_id=seed.task_id,
-                             raw_text=text)
+        except Invalid as e:
+            return self.reject(e, seed, text)
         digest = _task_digest(question, functions, ground_truth)
         return Task(domain=DOMAIN_NAME, task_id=f"{seed.task_id}~{digest}", category=seed.category,
                     prompt={"question": question, "functions": functions},
                     verifier={"ground_truth": ground_truth}, parent_id=seed.task_id,
                     difficulty=difficulty, metadata={"source": "simulator"})
-
-
-# ----------------------------------------------------------------------------------------------
-# CLI
-# ----------------------------------------------------------------------------------------------
-def format_stats(domain: BFCLDomain) -> str:
-    """A Markdown table of seed counts per category and split."""
-    counts = domain.split_counts()
-    lines = ["| category | train | validation | test | total |", "|---|---:|---:|---:|---:|"]
-    totals = collections.Counter()
-    for category, c in counts.items():
-        total = sum(c.values())
-        totals.update(c)
-        lines.append(f"| {category} | {c['train']} | {c['validation']} | {c['test']} | {total} |")
-    lines.append(f"| **all** | {totals['train']} | {totals['validation']} | {totals['test']} | "
-                 f"{sum(totals.values())} |")
-    digest = bfcl_data.split_digest({t.task_id: t.metadata["split"] for t in domain.seeds("all")})
-    return "\n".join(lines) + f"\n\nsplit digest (sha256 of sorted id/split pairs): {digest}"
-
-
-def shipped_answer_check(domain: BFCLDomain) -> dict[str, Any]:
-    """Scores every seed's reference response (rendered, parsed back, official checker).
-
-    Returns {category: {"total", "passed", "failures": [(id, error_type)]}}.
-    """
-    report: dict[str, Any] = {}
-    for task in domain.seeds("all"):
-        r = report.setdefault(task.category, {"total": 0, "passed": 0, "failures": []})
-        result = domain.score_details(task, domain.reference_response(task))
-        r["total"] += 1
-        if result.reward == 1.0:
-            r["passed"] += 1
-        else:
-            r["failures"].append((task.task_id, result.details.get("error_type")))
-    return report
-
-
-def shipped_parse_check(domain: BFCLDomain) -> dict[str, collections.Counter]:
-    """`parse_task` on every seed re-serialised as a generation (seeded by another seed of its category).
-
-    Returns {category: Counter(reason -> count)} with "accepted" counted too.
-    """
-    report: dict[str, collections.Counter] = {}
-    tasks = domain.seeds("all")
-    by_category: dict[str, list[Task]] = collections.defaultdict(list)
-    for t in tasks:
-        by_category[t.category].append(t)
-    for category, group in by_category.items():
-        counter = report.setdefault(category, collections.Counter())
-        keys = [bfcl_schema.question_key(t.prompt["question"]) for t in group]
-        for i, task in enumerate(group):
-            # The seed: the next entry of the category with a different question.
-            j = next((k % len(group) for k in range(i + 1, i + len(group)) if keys[k % len(group)] != keys[i]), i)
-            out = domain.parse_task(task_as_generation(task), group[j])
-            counter["accepted" if isinstance(out, Task) else out.reason] += 1
-    return report
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m genenv_jax.domains.bfcl", description=__doc__.split("\n")[0])
-    parser.add_argument("--stats", action="store_true", help="print seed counts per category and split")
-    parser.add_argument("--check", action="store_true",
-                        help="reward check on every shipped possible answer, and parse_task on every entry")
-    parser.add_argument("--validation", default="strict", choices=bfcl_schema.VALIDATION_LEVELS)
-    parser.add_argument("--train", type=float, default=0.7)
-    parser.add_argument("--val", type=float, default=0.1)
-    parser.add_argument("--test", type=float, default=0.2)
-    args = parser.parse_args(argv)
-    if not (args.stats or args.check):
-        parser.error("nothing to do: pass --stats and/or --check")
-    domain = BFCLDomain(split_fractions=SplitFractions(args.train, args.val, args.test), validation=args.validation)
-    if args.stats:
-        print(format_stats(domain))
-    if args.check:
-        print("\nReward of the reference response to every shipped entry (official checker):")
-        for category, r in shipped_answer_check(domain).items():
-            print(f"  {category}: {r['passed']}/{r['total']} = {r['passed'] / r['total']:.2%}")
-            for task_id, error_type in r["failures"]:
-                print(f"    FAIL {task_id}: {error_type}")
-        print(f"\nparse_task ({args.validation}) on every shipped entry re-serialised as a generation:")
-        for category, counter in shipped_parse_check(domain).items():
-            total = sum(counter.values())
-            rejected = {k: v for k, v in counter.items() if k != "accepted"}
-            print(f"  {category}: accepted {counter['accepted']}/{total}; rejected {rejected or '{}'}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

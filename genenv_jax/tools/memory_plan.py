@@ -4,7 +4,7 @@ sampler's refill and decode programs, and the resident state (params, optimizer 
 Nothing is materialised: every program is lowered from `jax.ShapeDtypeStruct` inputs that carry
 their shardings, compiled for the mesh, and XLA's `compiled.memory_analysis()` is read. On CPU the
 mesh is made of virtual host devices (`--xla_force_host_platform_device_count`, see
-`set_host_device_count`), so a laptop can size a multi-chip run. Shared by `genenv_jax.plan` (the
+`set_host_device_count`), so a laptop can size a multi-chip run. Shared by `genenv_jax.tools.tpu_memory` (the
 per-slice sizing command) and `benchmarks/memory.py` (the memory benchmark).
 
 The figures are XLA's buffer assignment for the backend that compiled them. For XLA:CPU they are
@@ -30,12 +30,12 @@ import numpy as np
 
 from genenv_jax.core.bucketing import length_bucket, next_power_of_two, round_up
 from genenv_jax.domains import DOMAINS, Domain
-from genenv_jax.loop.packing import padded_row_count
+from genenv_jax.rl.packing import padded_row_count
 from genenv_jax.models import param_shapes, param_shardings
 from genenv_jax.models.decode import unstack_layers
 from genenv_jax.parallel import MeshConfig, abstract_like, batch_sharding, make_mesh
 from genenv_jax.rl import TrainStep, make_grpo_step, make_optimizer, make_rwr_step
-from genenv_jax.run_config import PolicySettings, RunConfig
+from genenv_jax.configs.run_config import PolicySettings, RunConfig
 from genenv_jax.sampling import Buckets, Sampler
 from genenv_jax.sampling.buckets import bucket_size
 from genenv_jax.sampling.inputs import PromptBatch, SamplerParams

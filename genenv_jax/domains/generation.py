@@ -1,29 +1,19 @@
-"""The BFCL simulator's output format: a task written as BFCL JSON in a ``` fenced block, and
-reading that JSON back out of model text (linear, within `json_text`'s limits)."""
+"""Reading a simulator's output: the JSON value a generation carries, found linearly and within
+`core.json_text`'s limits. Every domain whose simulator writes JSON reads it here; a failure is an
+`Invalid` with one of JSON_REASONS, which such a domain lists among its `rejection_reasons`."""
 
 from __future__ import annotations
 
 import itertools
-import json
 import re
 from typing import Any, Iterator
 
-from genenv_jax.domains.base import Task
-from genenv_jax.domains.bfcl_schema import TaskInvalid
-from genenv_jax.core.json_text import MAX_JSON_CANDIDATES, JSONTextError, json_value_end, load_json_text
+from genenv_jax.core.json_text import (JSON_TEXT_ERRORS, MAX_JSON_CANDIDATES, JSONTextError, json_value_end,
+                                       load_json_text)
+from genenv_jax.domains.records import Invalid
 
-
-def seed_json(task: Task) -> str:
-    question = task.prompt["question"]
-    shown_question: Any = question[0]["content"] if len(question) == 1 else question
-    return json.dumps({"question": shown_question, "function": task.prompt["functions"],
-                       "ground_truth": task.verifier["ground_truth"]}, ensure_ascii=False)
-
-
-def as_generation(task: Task) -> str:
-    """A task written as the simulator is asked to write one: BFCL JSON in a fenced block."""
-    return "```json\n" + seed_json(task) + "\n```"
-
+# The reasons `extract_json_object` gives: no JSON value at all, or `load_json_text`'s own.
+JSON_REASONS = ("no_json",) + JSON_TEXT_ERRORS
 
 # A ``` fence, its optional language tag and the whitespace after it (the JSON value opens next).
 _FENCE = re.compile(r"```[A-Za-z]*\s*")
@@ -73,16 +63,10 @@ def extract_json_object(text: str) -> Any:
     if found:
         return value
     if error is not None:
-        raise TaskInvalid(error.reason, f"fenced block does not parse: {error.detail}")
+        raise Invalid(error.reason, f"fenced block does not parse: {error.detail}")
     found, value, error = _first_readable_value(text, _brace_starts(text))
     if found:
         return value
     if error is None:
-        raise TaskInvalid("no_json", "no JSON object in the generation")
-    raise TaskInvalid(error.reason, f"no decodable JSON object: {error.detail}")
-
-
-def task_as_generation(task: Task) -> str:
-    """A task re-serialised the way the simulator is asked to write one (for tests and fixtures)."""
-    return "```json\n" + json.dumps({"question": task.prompt["question"], "function": task.prompt["functions"],
-                                     "ground_truth": task.verifier["ground_truth"]}, ensure_ascii=False) + "\n```"
+        raise Invalid("no_json", "no JSON object in the generation")
+    raise Invalid(error.reason, f"no decodable JSON object: {error.detail}")

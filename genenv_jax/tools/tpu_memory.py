@@ -1,9 +1,9 @@
-"""Per-chip memory of a run config on a TPU slice: `python -m genenv_jax.plan --config=configs/bfcl.py
+"""Per-chip memory of a run config on a TPU slice: `python -m genenv_jax.tools.tpu_memory --config=configs/bfcl.py
 --slice=v5p-8 [--config.x=y ...] [--hbm_gib=G] [--headroom=0.1] [--nosearch]`.
 
 For the agent and the simulator: params (float32 master, the float32 reference the KL term reads,
 the sampling copy in `param_dtype`), optimizer state, the GRPO / RWR update step and the sampler
-call (refill and decode programs), compiled only (`genenv_jax.memory_plan`) for the config's mesh,
+call (refill and decode programs), compiled only (`genenv_jax.tools.memory_plan`) for the config's mesh,
 micro-batches, remat policy and attention kernel on as many virtual CPU devices as the slice has
 chips, at the largest shapes the config allows. A run holds both policies' state at all times, so
 each phase (an update, a sampler call) is summed with what the rest of the run holds, and the
@@ -22,12 +22,12 @@ from typing import Callable, Sequence
 import jax
 from absl import app, flags
 
-from genenv_jax.main import _CONFIG, command_line_parser, die, one_line
-from genenv_jax.memory_plan import (GIB, Knobs, Measurer, Plan, PlanError, PolicyMemory, build_plan, config_knobs,
-                                    set_host_device_count)
-from genenv_jax.run_config import ConfigError, RunConfig
+from genenv_jax.cli import command_line_parser, config_flag, die, one_line
+from genenv_jax.tools.memory_plan import (GIB, Knobs, Measurer, Plan, PlanError, PolicyMemory, build_plan, config_knobs, set_host_device_count)
+from genenv_jax.configs.run_config import ConfigError, RunConfig
 
-PROGRAM = "genenv_jax.plan"
+PROGRAM = "genenv_jax.tools.tpu_memory"
+_CONFIG = config_flag()
 _SLICE = flags.DEFINE_string("slice", None, "TPU slice, e.g. v5p-8, v4-32, v5e-16 (see SLICES).")
 _HBM = flags.DEFINE_float("hbm_gib", None, "Override the HBM per chip (GiB), e.g. to ask what a smaller chip allows.")
 _HEADROOM = flags.DEFINE_float("headroom", 0.1, "Fraction of HBM kept free (runtime, fragmentation, "
@@ -245,7 +245,7 @@ def report(run: RunConfig, config_name: str, slice_: Slice, headroom: float = 0.
     mesh = run.mesh.resolve(slice_.chips)
     budget = int(slice_.hbm_gib * (1 - headroom) * GIB)
     kernels = {p.attention for p in (run.agent, run.simulator)}
-    out(f"genenv_jax.plan: {config_name} on {slice_.name}: {slice_.chips} chips x {slice_.hbm_gib:g} GiB HBM, "
+    out(f"genenv_jax.tools.tpu_memory: {config_name} on {slice_.name}: {slice_.chips} chips x {slice_.hbm_gib:g} GiB HBM, "
         f"{slice_.hosts} host(s); mesh {_mesh_text(mesh)}; budget {_g(budget)} GiB per chip "
         f"(headroom {headroom:.0%})")
     out(f"compile-only on XLA:{jax.default_backend().upper()}, {slice_.chips} virtual devices, jax {jax.__version__}; "

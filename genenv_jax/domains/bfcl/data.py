@@ -51,9 +51,6 @@ class SplitFractions:
         if any(v < 0 for v in values) or abs(sum(values) - 1.0) > 1e-9:
             raise ValueError(f"SplitFractions must be non-negative and sum to 1, got {values}")
 
-    def as_dict(self) -> dict[str, float]:
-        return {"train": self.train, "validation": self.validation, "test": self.test}
-
 
 def data_file(*parts: str):
     """A file of the installed bfcl_eval package's data directory."""

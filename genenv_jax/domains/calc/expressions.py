@@ -8,6 +8,8 @@ import dataclasses
 import re
 from typing import Any, Sequence
 
+from genenv_jax.domains.records import Invalid
+
 # Functions the agent may be shown. Operators of the expression map to the first three.
 FUNCTIONS: dict[str, str] = {
     "add": "Adds two integers. Returns a + b.",
@@ -62,13 +64,6 @@ REJECTION_REASONS = (
 )
 
 
-class TaskInvalid(ValueError):
-    def __init__(self, reason: str, detail: str):
-        assert reason in REJECTION_REASONS, reason
-        super().__init__(f"{reason}: {detail}")
-        self.reason, self.detail = reason, detail
-
-
 # ----------------------------------------------------------------------------------------------
 # Expressions: a tree of ("num", int) | (op, left, right)
 # ----------------------------------------------------------------------------------------------
@@ -80,19 +75,19 @@ def _tokenize(text: str) -> list[str]:
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if m is None:
-            raise TaskInvalid("bad_expression", f"unexpected character {text[pos:pos + 1]!r} at {pos}")
+            raise Invalid("bad_expression", f"unexpected character {text[pos:pos + 1]!r} at {pos}")
         tokens.append(m.group(1) or m.group(2))
         pos = m.end()
     if not tokens:
-        raise TaskInvalid("bad_expression", "empty expression")
+        raise Invalid("bad_expression", "empty expression")
     return tokens
 
 
 def parse_expression(text: str) -> tuple:
     """The expression tree of `text` (standard precedence, left-associative), bounded in length and
-    parenthesis depth so the recursion stays shallow. Raises TaskInvalid."""
+    parenthesis depth so the recursion stays shallow. Raises Invalid."""
     if len(text) > MAX_EXPRESSION_CHARS:
-        raise TaskInvalid("too_large", f"expression of {len(text)} characters; the limit is {MAX_EXPRESSION_CHARS}")
+        raise Invalid("too_large", f"expression of {len(text)} characters; the limit is {MAX_EXPRESSION_CHARS}")
     tokens = _tokenize(text)
     pos = 0
 
@@ -121,27 +116,27 @@ def parse_expression(text: str) -> tuple:
     def atom(depth):
         tok = peek()
         if tok is None:
-            raise TaskInvalid("bad_expression", "the expression ends early")
+            raise Invalid("bad_expression", "the expression ends early")
         if tok == "(":
             if depth >= MAX_PAREN_DEPTH:
-                raise TaskInvalid("too_deep", f"parentheses nested deeper than {MAX_PAREN_DEPTH}")
+                raise Invalid("too_deep", f"parentheses nested deeper than {MAX_PAREN_DEPTH}")
             take()
             node = expr(depth + 1)
             if peek() != ")":
-                raise TaskInvalid("bad_expression", "unclosed parenthesis")
+                raise Invalid("bad_expression", "unclosed parenthesis")
             take()
             return node
         if tok[0] in "0123456789":
             take()
             if len(tok) > LEVELS[-1].max_digits:
-                raise TaskInvalid("out_of_range", f"operand with {len(tok)} digits; the limit is "
-                                                  f"{LEVELS[-1].max_digits}")
+                raise Invalid("out_of_range", f"operand with {len(tok)} digits; the limit is "
+                                              f"{LEVELS[-1].max_digits}")
             return ("num", int(tok))
-        raise TaskInvalid("bad_expression", f"unexpected {tok!r}")
+        raise Invalid("bad_expression", f"unexpected {tok!r}")
 
     tree = expr(0)
     if pos != len(tokens):
-        raise TaskInvalid("bad_expression", f"unexpected {tokens[pos]!r} after the expression")
+        raise Invalid("bad_expression", f"unexpected {tokens[pos]!r} after the expression")
     return tree
 
 

@@ -1,0 +1,258 @@
+"""The typed run config: the ConfigDict validated once, at the edge, into frozen dataclasses.
+
+`RunConfig.from_config_dict(cd)` checks every key before any work starts and raises `ConfigError`
+with one line naming the key (`config.agent.sampling.temperature=nan: must be a finite number`).
+Inside the loop only these dataclasses are read. Every key is declared once, with its default, doc
+and allowed values: the top-level keys here, the sections in `settings.py`, mode=dreamgym's in
+`dreamgym/settings.py`, and the learning rules' in `rl/`. `configs/base.py` builds the default
+ConfigDict from the same declarations. Values that must agree are derived here, never copied: a
+policy's loss temperature is its sampling temperature; the domain gets alpha and the band from
+`curriculum`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from typing import Any, Mapping
+
+from genenv_jax.configs.settings import (POLICY_DEFAULTS, POLICY_RULES, CheckpointSettings,
+                                         DomainSettings, EpisodeSettings, EvaluationSettings, LogSettings,
+                                         PolicySettings, ReplaySettings, SamplingSettings, SeedSelectionSettings,
+                                         TrainSettings, WarmstartSettings, loss_class)
+from genenv_jax.core.config_checks import (ConfigError, check_declared, check_type, defaults, failure, section, setting,
+                                           to_dict)
+from genenv_jax.data.model_sources import ModelSourceError, resolve_model_source
+from genenv_jax.dreamgym.settings import DreamGymSettings
+from genenv_jax.models import preset
+from genenv_jax.parallel import MeshConfig
+from genenv_jax.rl import OptimizerConfig
+from genenv_jax.rl.curriculum import CurriculumConfig
+
+MODES = ("genenv", "random", "static", "dreamgym")
+# A preset at least this large is never randomly initialised unless asked for (`allow_random_init`).
+RANDOM_INIT_LIMIT = 100_000_000
+
+__all__ = ["ConfigError", "MODES", "PolicySettings", "RunConfig", "SamplingSettings", "TrainSettings",
+           "policy_defaults", "saved_policy_settings"]
+
+
+def _tokenizer_dir(value: str) -> str | None:
+    if value and not (os.path.isdir(value) or (value.endswith(".gguf") and os.path.isfile(value))):
+        return "is not a directory (or a .gguf file)"
+    return None
+
+
+def _rollouts(value: int) -> str | None:
+    return None if value >= 2 else "must be >= 2"  # GRPO advantages are relative in a group
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """Everything a run reads, validated. `snapshot` is the JSON of the ConfigDict it came from."""
+
+    seed: int = setting(0, "the run's seed (sampling, data order)")
+    init_seed: int = setting(-1, "seed of the initial weights and the warm-start; -1: `seed` (runs that share it "
+                                 "start from the same model and differ only in what the loop samples)", minimum=-1)
+    mode: str = setting("genenv", "genenv | random (simulator never updated) | static (variants generated once) | "
+                                  "dreamgym (the agent learns on an experience model's synthetic episodes)",
+                        choices=MODES)
+    epochs: int = setting(10, "epochs of the loop", minimum=1)
+    mesh: MeshConfig = setting(factory=MeshConfig)
+    allow_config_change: bool = setting(False, "resume with changed settings that alter the run's meaning")
+    agent: PolicySettings = setting(in_tree=False)
+    simulator: PolicySettings = setting(in_tree=False)
+    share_agent_init: bool = setting(in_tree=False)  # config.simulator.share_agent_init
+    tokenizer_dir: str = setting("", "'' -> the agent's model_dir, else the bundled Qwen2.5 tokenizer",
+                                 check=_tokenizer_dir)
+    experience: PolicySettings = setting(in_tree=False)  # mode=dreamgym: the experience model
+    dreamgym: DreamGymSettings = setting(factory=DreamGymSettings)
+    domain: DomainSettings = setting(factory=DomainSettings)
+    curriculum: CurriculumConfig = setting(factory=CurriculumConfig)
+    seeds_per_epoch: int = setting(64, "seeds the simulator writes variants of per epoch", minimum=1)
+    variants_per_seed: int = setting(1, "variants asked of the simulator per seed", minimum=1)
+    rollouts_per_task: int = setting(8, "agent episodes per task (the GRPO group)", check=_rollouts)
+    new_tasks_per_epoch: int = setting(0, "0: the agent rolls out every valid new task; > 0: exactly this many "
+                                          "(topped up with training seeds), so modes get equal agent data", minimum=0)
+    seed_selection: SeedSelectionSettings = setting(factory=SeedSelectionSettings)
+    static_variants_per_seed: int = setting(6, "mode=static: variants generated once, up front (paper: 6x)",
+                                            minimum=1)
+    replay: ReplaySettings = setting(factory=ReplaySettings)
+    episodes: EpisodeSettings = setting(factory=EpisodeSettings)
+    warmstart: WarmstartSettings = setting(factory=WarmstartSettings)
+    evaluation: EvaluationSettings = setting(factory=EvaluationSettings)
+    checkpoint: CheckpointSettings = setting(factory=CheckpointSettings)
+    log: LogSettings = setting(factory=LogSettings)
+    preset_name: str = setting("custom", "the preset's name (the default workdir)", in_tree=False)
+    snapshot: Mapping[str, Any] = dataclasses.field(compare=False, repr=False, default_factory=dict,
+                                                    metadata={"in_tree": False})
+
+    @classmethod
+    def from_config_dict(cls, config: Any, num_devices: int | None = None) -> "RunConfig":
+        """Validates `config` (a ConfigDict or nested dict); `num_devices` checks the mesh fits."""
+        tree = to_dict(config)
+        return _build(tree, num_devices)
+
+    def default_workdir(self) -> str:
+        return f"runs/{self.domain.name}-{self.preset_name}"
+
+
+# The top-level keys that hold one value (the rest are sections or derived).
+_SCALARS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.default is not dataclasses.MISSING)
+_SECTIONS = {f.name: f.default_factory for f in dataclasses.fields(RunConfig)  # name -> its dataclass
+             if f.default_factory is not dataclasses.MISSING and f.metadata.get("in_tree", True)}
+_POLICIES = ("agent", "simulator", "experience")
+_HINTS = typing.get_type_hints(RunConfig)
+
+
+def policy_defaults(name: str) -> dict[str, Any]:
+    """The default tree of one policy section (agent, simulator or experience)."""
+    tree = defaults(PolicySettings, POLICY_DEFAULTS[name])
+    tree["train"]["loss"] = {k: v for k, v in defaults(loss_class(POLICY_RULES[name])).items() if k != "temperature"}
+    if name == "simulator":
+        tree["share_agent_init"] = True  # start from the agent's initial weights (the paper's setup)
+    return tree
+
+
+def run_defaults() -> dict[str, Any]:
+    """The default tree of a whole run (what configs/base.py's ConfigDict holds)."""
+    return defaults(RunConfig) | {name: policy_defaults(name) for name in _POLICIES}
+
+
+# ----------------------------------------------------------------------------------------------
+# The whole tree
+# ----------------------------------------------------------------------------------------------
+def saved_policy_settings(snapshot: Mapping[str, Any], name: str) -> PolicySettings:
+    """A policy's settings from a run's saved config snapshot (e.g. to rebuild its model config)."""
+    tree = {k: v for k, v in snapshot[name].items() if k != "share_agent_init"}
+    return _policy(tree, name, POLICY_RULES[name], check_source=False)
+
+
+def _policy(tree: Mapping[str, Any], name: str, rule: str, check_source: bool = True) -> PolicySettings:
+    """One policy section: its sampling, optimizer and train sections (the loss takes the sampling
+    temperature), its model keys, and its weights' source resolved and checked."""
+    if not isinstance(tree, Mapping):
+        raise failure(name, tree, "must be a section (a dict of keys)")
+    sampling = section(SamplingSettings, tree.get("sampling", {}), f"{name}.sampling")
+    optimizer = section(OptimizerConfig, tree.get("optimizer", {}), f"{name}.optimizer")
+    if optimizer.learning_rate <= 0:
+        raise failure(f"{name}.optimizer.learning_rate", optimizer.learning_rate, "must be > 0")
+    train_tree = dict(tree.get("train", {}))
+    loss = section(loss_class(rule), train_tree.pop("loss", {}), f"{name}.train.loss", skip=("temperature",),
+                   extra={"temperature": sampling.temperature})
+    train = section(TrainSettings, train_tree, f"{name}.train", skip=("loss",), extra={"loss": loss})
+    settings = section(PolicySettings, tree, name, skip=("name", "rule"),
+                       extra={"name": name, "rule": rule, "sampling": sampling, "optimizer": optimizer, "train": train})
+    if settings.model_dir:
+        settings = dataclasses.replace(settings, model_dir=_resolved_source(f"{name}.model_dir", settings.model_dir,
+                                                                            fetch=check_source))
+    if check_source:
+        _check_weights_source(settings)
+    return settings
+
+
+def _resolved_source(key: str, spec: str, fetch: bool) -> str:
+    """The local path (HF directory or .gguf file) a model_dir names (`data.model_sources`): a named
+    model is fetched on first use, a hub id comes from the hub or its cache. Settings hold this
+    path; the config snapshot keeps what the user wrote. Without `fetch` (a saved run's settings),
+    an unresolvable source stays as written."""
+    try:
+        return resolve_model_source(spec, fetch=fetch).path
+    except ModelSourceError as err:
+        if not fetch:
+            return spec
+        raise failure(key, spec, err.reason) from None
+
+
+def _check_weights_source(p: PolicySettings) -> None:
+    """A model source resolves (see `_resolved_source`); a large preset is never randomly
+    initialised by accident."""
+    if p.model_dir:
+        return
+    try:
+        cfg = preset(p.preset)
+    except KeyError as e:
+        raise failure(f"{p.name}.preset", p.preset, str(e.args[0])) from None
+    if cfg.num_params() >= RANDOM_INIT_LIMIT and not p.allow_random_init:
+        raise ConfigError(
+            f"config.{p.name}.model_dir is empty, so the {p.preset} preset would start from random "
+            f"{cfg.num_params() / 1e9:.1f}B-parameter weights; pass --config.{p.name}.model_dir=/path/to/"
+            f"Qwen2.5-Instruct (the paper's setup), or --config.{p.name}.allow_random_init=True to train "
+            "from random weights")
+
+
+def _shared_source(agent: Mapping[str, Any], simulator: Mapping[str, Any]) -> dict[str, Any]:
+    """With `share_agent_init` the simulator starts from the agent's weights, so it takes the
+    agent's model source (model_dir, preset, allow_random_init); a different one is a conflict."""
+    if simulator.get("model_dir") and simulator["model_dir"] != agent.get("model_dir"):
+        raise ConfigError("config.simulator.model_dir is set but simulator.share_agent_init=True starts the simulator "
+                          "from the agent's weights; drop it or pass --config.simulator.share_agent_init=False")
+    if not simulator.get("model_dir") and not agent.get("model_dir") and simulator.get("preset") != agent.get("preset"):
+        raise ConfigError(f"config.simulator.preset={simulator.get('preset')!r} differs from agent.preset="
+                          f"{agent.get('preset')!r} but simulator.share_agent_init=True starts the simulator from the "
+                          "agent's weights; make them equal or pass --config.simulator.share_agent_init=False")
+    return {key: agent[key] for key in ("model_dir", "preset", "allow_random_init") if key in agent}
+
+
+def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
+    """The whole tree: every declared key read and checked (`section`), then what involves several keys."""
+    known = set(_SCALARS) | set(_SECTIONS) | set(_POLICIES)
+    unknown = sorted(set(tree) - known)
+    if unknown:
+        raise ConfigError(f"config: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
+    fields = {f.name: f for f in dataclasses.fields(RunConfig)}
+    scalars = {}
+    for key in _SCALARS:  # a key left out takes its declared default
+        scalars[key] = check_type(key, tree.get(key, fields[key].default), _HINTS[key])
+        check_declared(key, scalars[key], fields[key].metadata)
+    if scalars["init_seed"] == -1:
+        scalars["init_seed"] = scalars["seed"]
+
+    sections = {name: section(cls, tree.get(name, {}), name) for name, cls in _SECTIONS.items() if name != "domain"}
+    mesh = sections["mesh"]
+    if num_devices is not None:
+        try:
+            data, fsdp, _ = mesh.resolve(num_devices)
+        except ValueError as e:
+            raise ConfigError(f"config.mesh: {e}") from None
+    else:
+        data = fsdp = 1
+
+    agent = _policy(tree["agent"], "agent", "grpo")
+    simulator_tree = dict(tree["simulator"])
+    share = check_type("simulator.share_agent_init", simulator_tree.pop("share_agent_init", True), bool)
+    if share:
+        simulator_tree.update(_shared_source(tree["agent"], simulator_tree))
+    simulator = _policy(simulator_tree, "simulator", "rwr")
+    experience_tree = dict(tree.get("experience") or {})
+    if not experience_tree.get("model_dir") and not experience_tree.get("preset"):  # "": the agent's source
+        experience_tree.update({k: tree["agent"][k] for k in ("model_dir", "preset", "allow_random_init")})
+    experience = _policy(experience_tree, "experience", "rwr", check_source=scalars["mode"] == "dreamgym")
+
+    domain_tree = dict(tree["domain"])
+    options = dict(domain_tree.pop("options", None) or {})  # the domain's own keys: its constructor checks them
+    domain = section(DomainSettings, domain_tree, "domain", skip=("options",), extra={"options": options})
+    if not domain.name:
+        raise ConfigError("config.domain.name is empty: pick a benchmark config such as configs/bfcl.py")
+    replay, episodes, warmstart = sections["replay"], sections["episodes"], sections["warmstart"]
+    if replay.tasks_per_epoch and replay.base_ratio + replay.historical_ratio <= 0:
+        raise ConfigError("config.replay: base_ratio + historical_ratio must be > 0 when tasks_per_epoch > 0")
+    if episodes.max_total_tokens < agent.sampling.max_prompt_len + agent.sampling.max_new_tokens:
+        raise failure("episodes.max_total_tokens", episodes.max_total_tokens,
+                      "must be >= agent.sampling.max_prompt_len + max_new_tokens (a first turn must fit)")
+    if warmstart.enabled:
+        for key in ("agent_steps", "simulator_steps", "batch_size"):
+            if getattr(warmstart, key) < 1:
+                raise failure(f"warmstart.{key}", getattr(warmstart, key), "must be >= 1")
+        if warmstart.learning_rate <= 0:
+            raise failure("warmstart.learning_rate", warmstart.learning_rate, "must be > 0")
+    for p in (agent, simulator):
+        rows = p.train.tasks_per_step * (scalars["rollouts_per_task"] if p.rule == "grpo" else 1)
+        multiple = data * fsdp * p.train.micro_batches
+        if p.rule == "grpo" and rows % multiple:
+            raise ConfigError(
+                f"config.{p.name}.train.tasks_per_step x rollouts_per_task = {rows} rows is not divisible by "
+                f"mesh data x fsdp ({data} x {fsdp}) x {p.name}.train.micro_batches ({p.train.micro_batches})")
+    return RunConfig(agent=agent, simulator=simulator, share_agent_init=share, experience=experience, domain=domain,
+                     snapshot=tree, **sections, **scalars)

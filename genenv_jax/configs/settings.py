@@ -1,0 +1,186 @@
+"""The run config's sections, declared once: each key's default, one-line doc and allowed values
+(`core.config_checks.setting`). `run_config.RunConfig` assembles them and checks what involves
+several keys; `configs/base.py` builds the default ConfigDict from these declarations.
+
+A policy's defaults that differ between the agent, the simulator and the experience model are in
+`POLICY_DEFAULTS`; its update rule's loss section comes from `rl.GRPOConfig` / `rl.RWRConfig`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from genenv_jax.core.config_checks import setting
+from genenv_jax.domains.base import SPLITS
+from genenv_jax.models import ModelConfig, preset
+from genenv_jax.models.config import ATTENTION_KERNELS, REMAT_POLICIES
+from genenv_jax.models.loading import model_config as source_model_config
+from genenv_jax.rl import GRPOConfig, OptimizerConfig, RWRConfig
+
+DTYPES = ("float32", "bfloat16", "float16")
+SEED_ORDERS = ("file", "shortest")
+SEED_STRATEGIES = ("variance", "uniform")
+SIMULATOR_TARGETS = ("next", "shortest")
+
+
+def _positive_open(value: float) -> str | None:
+    return None if value > 0 else "must be > 0 (training samples; the loss uses it too)"
+
+
+def _top_p(value: float) -> str | None:
+    return None if 0 < value <= 1 else "must lie in (0, 1]"
+
+
+def _evaluation_split(value: str) -> str | None:
+    return None if not value or value in SPLITS else f"must be '' (off) or one of {', '.join(SPLITS)}"
+
+
+# ----------------------------------------------------------------------------------------------
+# A policy (agent, simulator, experience model)
+# ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class SamplingSettings:
+    """How a policy samples; `temperature` is also the temperature of its loss's logprobs."""
+
+    temperature: float = setting(1.0, "sampling temperature (also the loss's)", check=_positive_open)
+    top_k: int = setting(0, "0: off", minimum=0)
+    top_p: float = setting(1.0, "1.0: off", check=_top_p)
+    max_new_tokens: int = setting(512, "tokens per reply (per agent turn)", minimum=1)
+    max_prompt_len: int = setting(4096, "longer prompts are skipped and counted", minimum=1)
+    batch_size: int = setting(64, "decode slots: every prompt of a call is queued and finished slots are refilled",
+                              minimum=1)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainSettings:
+    """A policy's update: its batching and its loss (GRPO for the agent, RWR otherwise)."""
+
+    tasks_per_step: int = setting(16, "tasks per optimizer step (agent: x rollouts_per_task rows)", minimum=1)
+    micro_batches: int = setting(1, "gradient accumulation within a step", minimum=1)
+    passes: int = setting(1, "passes over the epoch's data (the agent's PPO epochs)", minimum=1)
+    loss: GRPOConfig | RWRConfig = setting(in_tree=False)  # the rule's loss, read by run_config
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PolicySettings:
+    """One trained LLM: weights, sampling, optimizer, update rule ('grpo' agent, 'rwr' simulator)."""
+
+    name: str = setting(in_tree=False)
+    rule: str = setting(in_tree=False)
+    model_dir: str = setting("", "a .gguf file, an HF checkpoint dir, a model name or a hub id; '' -> random init "
+                                 "of `preset`")
+    preset: str = setting("qwen2.5-7b", "models.preset name (random init, or the layout when model_dir is '')")
+    allow_random_init: bool = setting(False, "random weights for a preset over 100M params must be asked for")
+    param_dtype: str = setting("bfloat16", "sampling copy; training keeps float32 master params", choices=DTYPES)
+    dtype: str = setting("bfloat16", "compute dtype", choices=DTYPES)
+    remat_policy: str = setting("dots_with_no_batch_dims_saveable", "activation checkpointing", choices=REMAT_POLICIES)
+    scan_layers: bool = setting(True, "scan over layers (one compiled layer)")
+    attention: str = setting("auto", "auto (splash on TPU, cuDNN on GPU, else blockwise) | einsum | blockwise | ...",
+                             choices=ATTENTION_KERNELS)
+    sampling: SamplingSettings = setting(factory=SamplingSettings)
+    optimizer: OptimizerConfig = setting(factory=OptimizerConfig)
+    train: TrainSettings = setting(factory=TrainSettings)
+
+    def model_config(self) -> ModelConfig:
+        """The training config: float32 master params, the configured compute dtype and layout."""
+        layout = dict(param_dtype="float32", dtype=self.dtype, remat_policy=self.remat_policy,
+                      scan_layers=self.scan_layers, attention=self.attention)
+        if self.model_dir:
+            return source_model_config(self.model_dir, **layout)
+        return preset(self.preset, **layout)
+
+
+MODEL_KEYS = tuple(f.name for f in dataclasses.fields(PolicySettings)
+                   if f.metadata.get("in_tree", True) and f.name not in ("sampling", "optimizer", "train"))
+
+# How the three policies' defaults differ (everything else: the declarations above). The agent
+# (GRPO, batch 64 tasks, PPO mini-batch 16, lr 1e-6) and the simulator (RWR on in-band generated
+# tasks, KL to its initial weights) follow the paper; the experience model (mode=dreamgym) is
+# trained by SFT on real transitions only, and its "" model source means the agent's.
+POLICY_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
+    "agent": {"sampling.max_new_tokens": 512, "optimizer.learning_rate": 1e-6, "train.tasks_per_step": 16},
+    "simulator": {"sampling.max_new_tokens": 1024, "optimizer.learning_rate": 5e-7, "train.tasks_per_step": 64},
+    "experience": {"preset": "", "sampling.temperature": 0.3, "sampling.max_new_tokens": 256,
+                   "sampling.max_prompt_len": 2048, "optimizer.learning_rate": 1e-5, "train.tasks_per_step": 16},
+}
+POLICY_RULES = {"agent": "grpo", "simulator": "rwr", "experience": "rwr"}
+
+
+def loss_class(rule: str) -> type:
+    return GRPOConfig if rule == "grpo" else RWRConfig
+
+
+# ----------------------------------------------------------------------------------------------
+# The loop's sections
+# ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class DomainSettings:
+    """The benchmark and which of its seeds the loop uses."""
+
+    name: str = setting("", "a registered domain (genenv_jax.domains.DOMAINS)")
+    options: Mapping[str, Any] = setting(factory=dict, doc="keyword args of the domain's constructor")
+    seed_split: str = setting("train", "the seeds' split")
+    max_seeds: int = setting(0, "0: every seed of the split", minimum=0)
+    seed_order: str = setting("file", "file | shortest (shortest prompt + answer first; for tiny CPU runs)",
+                              choices=SEED_ORDERS)
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedSelectionSettings:
+    strategy: str = setting("variance", "variance (DreamGym: rollout-reward variance) | uniform",
+                            choices=SEED_STRATEGIES)
+    explore_fraction: float = setting(0.25, "share of seeds drawn uniformly even under `variance`", fraction=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplaySettings:
+    tasks_per_epoch: int = setting(0, "tasks replayed from D_train / base seeds each epoch", minimum=0)
+    base_ratio: float = setting(0.5, "share drawn from the base seeds", minimum=0)
+    historical_ratio: float = setting(0.5, "share drawn from earlier epochs' tasks", minimum=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmstartSettings:
+    """Optional supervised warm-start on seed data (needed for tiny random models to emit parseable text)."""
+
+    enabled: bool = setting(False, "SFT both policies on seed data before the first epoch")
+    agent_steps: int = setting(0, "the agent's SFT steps")
+    simulator_steps: int = setting(0, "the simulator's SFT steps")
+    batch_size: int = setting(8, "SFT rows per step")
+    learning_rate: float = setting(1e-3, "SFT learning rate")
+    num_seeds: int = setting(0, "0: every training seed", minimum=0)
+    simulator_target: str = setting("next", "next | shortest: which sibling task each seed's SFT target shows",
+                                    choices=SIMULATOR_TARGETS)
+    cache_dir: str = setting("", "'' off; else warm-started weights are kept there and reused by every run with "
+                                 "the same models, warm-start settings, data and seed")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationSettings:
+    """Held-out accuracy of the agent after the warm-start and every epoch (greedy, one episode per task)."""
+
+    split: str = setting("", "'' -> off; else a seed split the agent never trains on", check=_evaluation_split)
+    max_per_category: int = setting(0, "0 -> every task of the split", minimum=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeSettings:
+    """Caps of one agent episode (the per-turn cap is the agent's sampling.max_new_tokens) and the
+    environment worker processes (0: environments step in the loop's process)."""
+
+    max_turns: int = setting(8, "agent turns per episode", minimum=1)
+    max_total_tokens: int = setting(9000, "first prompt + all turns and observations (the paper's 9,000)")
+    env_workers: int = setting(0, "environment worker processes (0: step in the loop's process)", minimum=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointSettings:
+    keep: int = setting(3, "checkpoints kept", minimum=1)
+    every_epochs: int = setting(1, "a checkpoint every this many epochs", minimum=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class LogSettings:
+    samples_per_epoch: int = setting(16, "sampled episodes written per epoch", minimum=0)
+    progress_bars: bool = setting(True, "tqdm bars on a terminal")
