@@ -9,7 +9,7 @@ TEST_ENV := XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu
 
 ALFWORLD_STAMP := $(VENV)/.alfworld
 
-.PHONY: demo test test-full install alfworld clean
+.PHONY: demo test test-full test-fast lint install alfworld clean
 
 install: $(STAMP)
 
@@ -44,13 +44,21 @@ test: $(STAMP)
 	@$(MAKE) --no-print-directory alfworld || echo "make test: the optional ALFWorld engine did not install; its tests will skip"
 	$(TEST_ENV) $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
 
-# Everything `make test` runs plus the checks too slow for its 20-minute budget on 2 cores (the
+# Everything `make test` runs plus the `full` tier, too slow for its 20-minute budget on 2 cores (the
 # four-process run, the evaluator on two processes, a resumed DreamGym run, every shipped BFCL
 # multi-turn entry, fit_experience end to end, and the real-weight checks of tests/test_real_model.py when
-# qwen2.5-coder-0.5b-instruct is downloaded); GENENV_FULL_TESTS=1 turns them on.
+# qwen2.5-coder-0.5b-instruct is downloaded): `pytest --full` (GENENV_FULL_TESTS=1 is an alias).
 test-full: $(STAMP)
 	@$(MAKE) --no-print-directory alfworld || echo "make test-full: the optional ALFWorld engine did not install; its tests will skip"
-	GENENV_FULL_TESTS=1 $(TEST_ENV) $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
+	$(TEST_ENV) $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --full tests
+
+# The edit loop: everything but the `slow` tests (and so the `full` ones), a few minutes on 2 cores.
+test-fast: $(STAMP)
+	$(TEST_ENV) $(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow" tests
+
+# ruff with the checks the code passes (pyproject.toml [tool.ruff]).
+lint: $(STAMP)
+	$(BIN)/ruff check genenv_jax tests benchmarks configs tpu
 
 clean:
 	rm -rf $(VENV) build *.egg-info

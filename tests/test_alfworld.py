@@ -25,8 +25,9 @@ EXTRA = "needs the optional ALFWorld extra: pip install -e '.[alfworld]'"
 pytest.importorskip("alfworld", reason=EXTRA)
 pytest.importorskip("textworld", reason=EXTRA)
 pytest.importorskip("fast_downward", reason=EXTRA)
+pytestmark = pytest.mark.alfworld  # needs the optional engine (make alfworld)
 
-from genenv_jax import evaluation
+from genenv_jax import evaluation  # noqa: E402
 from genenv_jax.text import tokenization  # noqa: E402
 from genenv_jax.domains.alfworld import ALFWorldDomain, dataset, engine, specs, vocab  # noqa: E402
 from genenv_jax.domains.alfworld.domain import REJECTION_REASONS  # noqa: E402

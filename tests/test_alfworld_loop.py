@@ -7,6 +7,7 @@ import pytest
 
 pytest.importorskip("alfworld", reason="needs the optional ALFWorld extra: pip install -e '.[alfworld]'")
 pytest.importorskip("fast_downward", reason="needs the optional ALFWorld extra: pip install -e '.[alfworld]'")
+pytestmark = pytest.mark.alfworld  # needs the optional engine (make alfworld)
 
 from genenv_jax.configs import alfworld as config_module  # noqa: E402
 from genenv_jax.loop import CoEvolution  # noqa: E402

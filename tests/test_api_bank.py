@@ -15,7 +15,7 @@ from genenv_jax.domains.api_bank.summary import summarize
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "api_bank" / "dialogues"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "api-bank"
-needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"real API-Bank data not at {SHARED}")
+needs_shared = pytest.mark.shared_data(SHARED, reason=f"real API-Bank data not at {SHARED}")
 
 
 # ---------------------------------------------------------------- calls: the official parser's quirks

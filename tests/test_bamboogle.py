@@ -29,7 +29,7 @@ from genenv_jax.domains.bamboogle.retrieval import HTTPRetriever, RetrievalError
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "bamboogle"
 CORPUS = FIXTURES / "wiki-18.jsonl"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "bamboogle"
-needs_shared = pytest.mark.skipif(not (SHARED / "test.jsonl").is_file(), reason=f"real Bamboogle data not at {SHARED}")
+needs_shared = pytest.mark.shared_data(SHARED / "test.jsonl", reason=f"real Bamboogle data not at {SHARED}")
 
 
 # ---------------------------------------------------------------- scores: SQuAD normalisation, EM, cover EM, F1

@@ -9,7 +9,6 @@ import random
 
 import pytest
 
-from genenv_jax.text.chat_text import ChatText
 from genenv_jax.core.config_checks import ConfigError
 from genenv_jax.domains.bfcl.domain import BFCLDomain
 from genenv_jax.domains.bfcl_multiturn import BFCLMultiTurnDomain
@@ -39,8 +38,8 @@ def seeds(domain):
 
 
 @pytest.fixture(scope="module")
-def text():
-    return ChatText.load(None)
+def text(chat_text):
+    return chat_text
 
 
 def _agent(text, replies):

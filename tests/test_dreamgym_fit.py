@@ -4,7 +4,6 @@ The baselines are checked against what the engine says about the held-out steps:
 "Nothing happens." exactly to inadmissible commands, and rewards only winning steps."""
 
 import json
-import os
 
 import pytest
 
@@ -12,6 +11,7 @@ EXTRA = "needs the optional ALFWorld extra (make alfworld)"
 pytest.importorskip("alfworld", reason=EXTRA)
 pytest.importorskip("textworld", reason=EXTRA)
 pytest.importorskip("fast_downward", reason=EXTRA)
+pytestmark = pytest.mark.alfworld  # needs the optional engine (make alfworld)
 
 from genenv_jax.dreamgym import fit_experience  # noqa: E402
 
@@ -19,8 +19,7 @@ from genenv_jax.dreamgym import fit_experience  # noqa: E402
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("GENENV_FULL_TESTS"),
-                    reason="the measurement command end to end, ~45 s: `make test-full` runs it "
+@pytest.mark.full(reason="the measurement command end to end, ~45 s: `make test-full` runs it "
                     "(its SFT and predictor are tested in test_dreamgym_experience.py)")
 def test_fit_and_score_on_held_out_games(tmp_path):
     s = fit_experience.FitSettings(

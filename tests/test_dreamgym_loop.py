@@ -8,7 +8,6 @@ the resumed run is `make test-full`'s."""
 
 import hashlib
 import json
-import os
 import re
 import shutil
 
@@ -18,6 +17,7 @@ import pytest
 
 pytest.importorskip("alfworld", reason="needs the optional ALFWorld extra: pip install -e '.[alfworld]'")
 pytest.importorskip("fast_downward", reason="needs the optional ALFWorld extra: pip install -e '.[alfworld]'")
+pytestmark = pytest.mark.alfworld  # needs the optional engine (make alfworld)
 
 from genenv_jax.core.config_checks import ConfigError  # noqa: E402
 from genenv_jax.configs import alfworld as config_module  # noqa: E402
@@ -139,8 +139,7 @@ def test_a_synthetic_then_a_real_epoch(uninterrupted):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("GENENV_FULL_TESTS"),
-                    reason="a third loop run, ~35 s: `make test-full` runs it (the replay pool's commit, reopen "
+@pytest.mark.full(reason="a third loop run, ~35 s: `make test-full` runs it (the replay pool's commit, reopen "
                            "and roll-back are tested in test_dreamgym_replay.py, the loop's resume in test_loop.py)")
 def test_a_run_resumed_after_its_synthetic_epoch_equals_the_uninterrupted_one(uninterrupted, shared, tmp_path):
     workdir, rows, loop, _ = uninterrupted

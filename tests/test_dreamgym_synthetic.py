@@ -8,7 +8,6 @@ import re
 
 import pytest
 
-from genenv_jax.text.chat_text import ChatText
 from genenv_jax.domains.base import ChatPrompt, Task
 from genenv_jax.dreamgym import experience_text as experience_model
 from genenv_jax.dreamgym.environments import Move, SyntheticEnvironments
@@ -20,8 +19,8 @@ from genenv_jax.sampling import SampleOutput
 
 
 @pytest.fixture(scope="module")
-def text():
-    return ChatText.load(None)
+def text(chat_text):
+    return chat_text
 
 
 def _transition(state="You are in a room.", action="go to desk 1", next_state="You arrive at desk 1.", reward=0.0,

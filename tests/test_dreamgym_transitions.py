@@ -17,6 +17,7 @@ EXTRA = "needs the optional ALFWorld extra: pip install -e '.[alfworld]'"
 pytest.importorskip("alfworld", reason=EXTRA)
 pytest.importorskip("textworld", reason=EXTRA)
 pytest.importorskip("fast_downward", reason=EXTRA)
+pytestmark = pytest.mark.alfworld  # needs the optional engine (make alfworld)
 
 from genenv_jax.domains.alfworld import ALFWorldDomain, engine, specs  # noqa: E402
 from genenv_jax.domains.alfworld import reasoning as rs  # noqa: E402

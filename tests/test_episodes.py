@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from genenv_jax import rl
-from genenv_jax.text.chat_text import ChatText
 from genenv_jax.domains.base import ChatPrompt, Domain, Environment, ScoreResult, StepOutcome, Task
 from genenv_jax.episodes import (END_DONE, END_MAX_TOKENS, END_MAX_TURNS, END_TURN_TOKENS, EpisodeCaps,
                                  LocalEnvironments, WorkerEnvironments, run_episodes)
@@ -88,8 +87,8 @@ def _task(n, **extra):
 
 
 @pytest.fixture(scope="module")
-def text():
-    return ChatText.load(None)
+def text(chat_text):
+    return chat_text
 
 
 def _oracle(text, cap=16, wrong_at=None):

@@ -55,8 +55,8 @@ def test_truncate_at_stop():
 
 
 @pytest.fixture(scope="module")
-def tok():
-    return tokenization.load_tokenizer()
+def tok(qwen_tokenizer):
+    return qwen_tokenizer
 
 
 def test_evaluate_scores_reference_responses_perfectly(tok, tmp_path):

@@ -15,9 +15,7 @@ from genenv_jax.evaluation import load_run_agent
 from loop_configs import toy_config
 
 
-@pytest.fixture(autouse=True)
-def toy_domain(monkeypatch):
-    monkeypatch.setitem(domains.DOMAINS, "toy", "toy_domain:ToyDomain")
+pytestmark = pytest.mark.usefixtures("toy_domain")  # conftest.py registers the toy domain
 
 
 def _params_equal(a, b):

@@ -6,7 +6,6 @@ processes of one run most recompiles.)"""
 
 import json
 import math
-import os
 from pathlib import Path
 
 import pytest
@@ -72,7 +71,7 @@ def test_two_processes_killed_after_a_checkpoint_resume_to_the_same_result(refer
     assert "epoch 1:" not in (tmp_path / "logs_resumed" / "process_1.log").read_text()  # process 0 reports
 
 
-@pytest.mark.skipif(not os.environ.get("GENENV_FULL_TESTS"), reason="4 JAX processes on 2 cores take ~5 minutes "
+@pytest.mark.full(reason="4 JAX processes on 2 cores take ~5 minutes "
                     "of the suite's budget: `make test-full` runs it (the two-process tests cover multi-host runs)")
 def test_four_processes_equal_one(reference, tmp_path):
     """4 processes x 2 devices, environments in a worker process of process 0, over the first
@@ -85,8 +84,7 @@ def test_four_processes_equal_one(reference, tmp_path):
     _assert_same_results(workdir, reference, epochs=(0,))
 
 
-@pytest.mark.skipif(not os.environ.get("GENENV_FULL_TESTS"),
-                    reason="~55 s of the suite's budget: `make test-full` runs it "
+@pytest.mark.full(reason="~55 s of the suite's budget: `make test-full` runs it "
                     "(the two-process kill/resume run covers multi-host loops)")
 def test_evaluation_on_two_processes_equals_one(reference, tmp_path):
     """The evaluator on the run's checkpointed agent (BFCL tasks; process 0 writes the report)."""

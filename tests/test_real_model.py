@@ -2,7 +2,7 @@
 qwen2.5-coder-0.5b-instruct --dest DIR`): our float32 forward against HF transformers on the same HF
 directory, greedy decoding against HF `generate`, and `load_gguf(DIR/model.gguf)` against `load_hf(DIR)`.
 
-They run in `make test-full` (GENENV_FULL_TESTS=1) whenever the download is present: in the model
+They run in `make test-full` (marker `full`; `pretrained`: they need the real weights) whenever the download is present: in the model
 cache (`genenv_jax.data.model_sources.model_cache_dir`) or at `$GENENV_REAL_MODEL_DIR`. About 2.5
 minutes on 2 cores, so not in `make test`'s 20-minute budget. Measured figures go to stdout (-s).
 """
@@ -21,7 +21,8 @@ MODEL_DIR = os.environ.get("GENENV_REAL_MODEL_DIR") or str(model_cache_dir(NAME)
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not os.environ.get("GENENV_FULL_TESTS"), reason="real-weight checks run in make test-full"),
+    pytest.mark.full(reason="real-weight checks run in make test-full"),
+    pytest.mark.pretrained,
     pytest.mark.skipif(not is_complete(MODELS[NAME], MODEL_DIR), reason=f"the real model is not downloaded to {MODEL_DIR}"),
 ]
 

@@ -5,16 +5,13 @@ import logging
 
 import pytest
 
-from genenv_jax import domains
 from genenv_jax.loop import CoEvolution
 from genenv_jax.configs.run_config import ConfigError
 from genenv_jax.workdir.lock import WorkdirLock, WorkdirLockedError
 from loop_configs import toy_config
 
 
-@pytest.fixture(autouse=True)
-def toy_domain(monkeypatch):
-    monkeypatch.setitem(domains.DOMAINS, "toy", "toy_domain:ToyDomain")
+pytestmark = pytest.mark.usefixtures("toy_domain")  # conftest.py registers the toy domain
 
 
 def _files(root):

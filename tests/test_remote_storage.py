@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 from etils import epath
 
-from genenv_jax import domains
 from genenv_jax.workdir import storage, lock as workdir_lock
 from genenv_jax.workdir.checkpoints import Checkpointer, abstract_tree, resume
 from genenv_jax.loop import records
@@ -288,11 +287,10 @@ def _wait_for(condition, seconds=10.0):
 
 
 @pytest.mark.slow
-def test_the_loop_runs_and_resumes_in_a_gs_workdir(run_url, monkeypatch):
+def test_the_loop_runs_and_resumes_in_a_gs_workdir(run_url, toy_domain):
     from genenv_jax.loop import CoEvolution
     from loop_configs import toy_config
 
-    monkeypatch.setitem(domains.DOMAINS, "toy", "toy_domain:ToyDomain")
     first = CoEvolution(toy_config(epochs=1, mode="random"), run_url)  # random: no simulator update to compile
     rows = first.run()
     assert [r["epoch"] for r in rows] == [0]

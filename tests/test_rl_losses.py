@@ -147,7 +147,7 @@ def test_grpo_gradient_points_the_right_way():
     mask = np.ones_like(lp)
     for aggregation in ("token_mean", "seq_mean_token_mean"):
         config = rl.GRPOConfig(aggregation=aggregation)  # paper defaults: kl 1e-3 k3, entropy 1e-3
-        loss_of = lambda x: rl.grpo_loss(x, old, adv, mask, config, ref_logprobs=ref, entropy=ent)[0]
+        loss_of = lambda x: rl.grpo_loss(x, old, adv, mask, config, ref_logprobs=ref, entropy=ent)[0]  # noqa: E731
         grad = np.asarray(jax.grad(loss_of)(jnp.asarray(lp)))
         assert np.all(np.isfinite(grad))
         assert np.all(grad[0] < 0), "raising a positive-advantage token's logprob must lower the loss"

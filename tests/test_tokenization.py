@@ -19,8 +19,8 @@ WEATHER_TOOL = {
 
 
 @pytest.fixture(scope="module")
-def tok():
-    return tk.load_tokenizer()
+def tok(qwen_tokenizer):
+    return qwen_tokenizer
 
 
 def test_bundled_tokenizer_is_qwen25(tok):

@@ -19,8 +19,8 @@ from genenv_jax.text.tokenization import render_tool_call
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "travelplanner" / "domain"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "travelplanner"
-needs_shared = pytest.mark.skipif(not (SHARED / "finetuning_data").is_dir(),
-                                  reason="needs ../shared/benchmarks/travelplanner (not part of a user's clone)")
+needs_shared = pytest.mark.shared_data(SHARED / "finetuning_data",
+                                       reason="needs ../shared/benchmarks/travelplanner (not part of a user's clone)")
 
 
 @pytest.fixture

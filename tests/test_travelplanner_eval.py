@@ -34,7 +34,7 @@ from genenv_jax.domains.travelplanner.reference import reference_flights
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "travelplanner" / "eval"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "travelplanner"
-needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"shared TravelPlanner data absent: {SHARED}")
+needs_shared = pytest.mark.shared_data(SHARED, reason=f"shared TravelPlanner data absent: {SHARED}")
 # The one gold training plan whose annotation is wrong: days 4-5 are spent in San Antonio but visit
 # attractions in San Angelo and Houston (the official script, iterating over the characters of a
 # one-city day's name, does not see it).

@@ -56,7 +56,7 @@ def _gpu_facts() -> tuple[str | None, int | None]:
         version = int(check_cudnn_version())
         capability = getattr(jax.devices("gpu")[0], "compute_capability", None)
         return capability, version
-    except Exception:  # no GPU backend, no cuDNN, or a jax without these internals
+    except Exception:  # noqa: BLE001 - no GPU backend, no cuDNN, or a jax without these internals
         return None, None
 
 

@@ -8,7 +8,7 @@ optimizer.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -138,7 +138,9 @@ def opt_state_shardings(optimizer: optax.GradientTransformation, param_shardings
 def init_opt_state(optimizer: optax.GradientTransformation, params: Any,
                    shardings: Any | None = None) -> Any:
     """Optimizer state in float32 whatever the param dtype, placed on `shardings` when given."""
-    init: Callable[[Any], Any] = lambda p: optimizer.init(to_float32(p))
+    def init(p: Any) -> Any:
+        return optimizer.init(to_float32(p))
+
     if shardings is None:
         return jax.jit(init)(params)
     return jax.jit(init, out_shardings=shardings)(params)
