@@ -10,7 +10,8 @@ import optax
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from genenv_jax.workdir.checkpoints import (CheckpointError, CheckpointMismatchError, Checkpointer, Restored, abstract_tree, leaf_records, resume)
+from genenv_jax.workdir.checkpoints import (CheckpointError, CheckpointMismatchError, Checkpointer, Restored,
+                                            abstract_tree, leaf_records, resume)
 
 OPTIMIZER = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-3, weight_decay=0.01))
 

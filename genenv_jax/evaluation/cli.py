@@ -16,7 +16,8 @@ import jax
 
 from genenv_jax.workdir import storage
 from genenv_jax.text.chat_text import ChatText
-from genenv_jax.evaluation.evaluate import evaluate_params, format_markdown, load_run_agent, select_tasks, write_report
+from genenv_jax.evaluation.evaluate import (evaluate_params, format_markdown, load_run_agent, select_tasks,
+                                            write_report)
 from genenv_jax.parallel import initialize_distributed, is_writer
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -23,7 +23,8 @@ import jax
 from absl import app, flags
 
 from genenv_jax.cli import command_line_parser, config_flag, die, one_line
-from genenv_jax.tools.memory_plan import (GIB, Knobs, Measurer, Plan, PlanError, PolicyMemory, build_plan, config_knobs, set_host_device_count)
+from genenv_jax.tools.memory_plan import (GIB, Knobs, Measurer, Plan, PlanError, PolicyMemory, build_plan,
+                                          config_knobs, set_host_device_count)
 from genenv_jax.configs.run_config import ConfigError, RunConfig
 
 PROGRAM = "genenv_jax.tools.tpu_memory"
@@ -245,7 +246,7 @@ def report(run: RunConfig, config_name: str, slice_: Slice, headroom: float = 0.
     mesh = run.mesh.resolve(slice_.chips)
     budget = int(slice_.hbm_gib * (1 - headroom) * GIB)
     kernels = {p.attention for p in (run.agent, run.simulator)}
-    out(f"genenv_jax.tools.tpu_memory: {config_name} on {slice_.name}: {slice_.chips} chips x {slice_.hbm_gib:g} GiB HBM, "
+    out(f"{PROGRAM}: {config_name} on {slice_.name}: {slice_.chips} chips x {slice_.hbm_gib:g} GiB HBM, "
         f"{slice_.hosts} host(s); mesh {_mesh_text(mesh)}; budget {_g(budget)} GiB per chip "
         f"(headroom {headroom:.0%})")
     out(f"compile-only on XLA:{jax.default_backend().upper()}, {slice_.chips} virtual devices, jax {jax.__version__}; "

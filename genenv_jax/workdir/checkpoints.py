@@ -29,7 +29,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from genenv_jax.workdir import storage
-from genenv_jax.workdir.checkpoint_digests import (LeafRecord, abstract_tree, json_digest, leaf_records, path_name, shape_and_dtype)
+from genenv_jax.workdir.checkpoint_digests import (LeafRecord, abstract_tree, json_digest, leaf_records, path_name,
+                                                   shape_and_dtype)
 from genenv_jax.workdir.checkpoint_errors import install_orbax_log_filter, one_line_cause, quiet_orbax_leftovers
 from genenv_jax.workdir.pools import Pool
 from genenv_jax.workdir.storage import AnyPath

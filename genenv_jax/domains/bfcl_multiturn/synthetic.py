@@ -18,8 +18,8 @@ from genenv_jax.domains.base import ChatPrompt, Domain, Message, Task
 from genenv_jax.domains.experience import DomainSupport, Move, OfflineSettings
 from genenv_jax.domains.bfcl_multiturn.episode import TurnTracker, user_turn
 from genenv_jax.domains.bfcl_multiturn import transitions
-from genenv_jax.domains.bfcl_multiturn.experience_text import (ENVIRONMENT, END_TURN, action_text, result_lines, task_text,
-                                                               user_state)
+from genenv_jax.domains.bfcl_multiturn.experience_text import (END_TURN, ENVIRONMENT, action_text, result_lines,
+                                                               task_text, user_state)
 from genenv_jax.domains.bfcl_multiturn.scenario import Scenario
 from genenv_jax.text.tokenization import parse_tool_calls
 

@@ -1,4 +1,4 @@
-"""A synthetic tool-call arithmetic domain for the miniature reproduction study (issue #13).
+"""A synthetic tool-call arithmetic domain for the miniature reproduction study (docs/study_domain.md).
 
 The agent sees an integer expression ("Compute (3 + 4) * 5.") and a few function docs (add, sub,
 mul and distractors) and answers with ONE `<tool_call>`: the expression's outermost operation
@@ -33,7 +33,10 @@ from typing import Any, Sequence
 
 from genenv_jax.domains.base import (SPLITS, ChatPrompt, Domain, Invalid, Rejection, ScoreResult, Task,
                                      check_difficulty, next_sibling)
-from genenv_jax.domains.calc.expressions import (FUNCTIONS, LEVELS, MAX_GENERATION_CHARS, NUM_LEVELS, OPERATOR_FUNCTION, REJECTION_REASONS, Level, evaluate, expected_call, level_of, measure, parse_expression, render_expression, walk)
+from genenv_jax.domains.calc.expressions import (FUNCTIONS, LEVELS, MAX_GENERATION_CHARS, NUM_LEVELS,
+                                                 OPERATOR_FUNCTION, REJECTION_REASONS, Level, evaluate,
+                                                 expected_call, level_of, measure, parse_expression,
+                                                 render_expression, walk)
 from genenv_jax.text.tokenization import parse_tool_calls, render_tool_call
 
 DOMAIN_NAME = "calc"
