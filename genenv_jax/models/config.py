@@ -77,6 +77,7 @@ class ModelConfig:
     remat_policy: str = "none"
     scan_layers: bool = True
     attention: str = "auto"
+    lora_scale: float = 1.0  # alpha / rank: the multiplier of every LoRA delta a param tree carries (models/lora.py)
     bos_token_id: int | None = 151643
     eos_token_id: int | None = 151645
 

@@ -67,6 +67,17 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     return (x32 * cos + rotated * sin).astype(x.dtype)
 
 
+def lora_delta(cfg: ModelConfig, block: Params, target: str, x: jax.Array, spec_a: str, spec_b: str) -> jax.Array | float:
+    """scale * (x @ A) @ B of `target`'s adapter in `block` (models/lora.py), or 0.0 when the tree
+    carries none: the base model. `spec_a` / `spec_b` are the two einsum specs."""
+    a = block.get(f"{target}_lora_a")
+    if a is None:
+        return 0.0
+    dt = cfg.jnp_dtype
+    low = jnp.einsum(spec_a, x, a.astype(dt))  # [..., r]
+    return cfg.lora_scale * jnp.einsum(spec_b, low, block[f"{target}_lora_b"].astype(dt))
+
+
 def project_qkv(cfg: ModelConfig, attn: Params, x: jax.Array, cos: jax.Array, sin: jax.Array,
                 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """x [B, T, D] -> q [B, T, N, H] and k, v [B, K, T, H] (projections with bias; RoPE on q, k).
@@ -74,9 +85,12 @@ def project_qkv(cfg: ModelConfig, attn: Params, x: jax.Array, cos: jax.Array, si
     k and v come kv-head-major, the layout of the KV cache and of `grouped_query_attention`.
     """
     dt = cfg.jnp_dtype
-    q = jnp.einsum("btd,dnh->btnh", x, attn["q_kernel"].astype(dt)) + attn["q_bias"].astype(dt)
-    k = jnp.einsum("btd,dkh->btkh", x, attn["k_kernel"].astype(dt)) + attn["k_bias"].astype(dt)
-    v = jnp.einsum("btd,dkh->btkh", x, attn["v_kernel"].astype(dt)) + attn["v_bias"].astype(dt)
+    q = (jnp.einsum("btd,dnh->btnh", x, attn["q_kernel"].astype(dt)) + attn["q_bias"].astype(dt)
+         + lora_delta(cfg, attn, "q", x, "btd,dr->btr", "btr,rnh->btnh"))
+    k = (jnp.einsum("btd,dkh->btkh", x, attn["k_kernel"].astype(dt)) + attn["k_bias"].astype(dt)
+         + lora_delta(cfg, attn, "k", x, "btd,dr->btr", "btr,rkh->btkh"))
+    v = (jnp.einsum("btd,dkh->btkh", x, attn["v_kernel"].astype(dt)) + attn["v_bias"].astype(dt)
+         + lora_delta(cfg, attn, "v", x, "btd,dr->btr", "btr,rkh->btkh"))
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     return q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
 
@@ -106,17 +120,31 @@ def attention_output(cfg: ModelConfig, attn: Params, out: jax.Array) -> jax.Arra
     kernel = attn["o_kernel"].astype(cfg.jnp_dtype)
     batch, kv_heads, groups, length, _ = out.shape
     if length == 1:  # decode: a plain [B, N*H] @ [N*H, D] matmul, which no backend answers by copying the weight
-        return (out.reshape(batch, -1) @ kernel.reshape(-1, kernel.shape[-1]))[:, None, :]
-    return jnp.einsum("bkgth,kghd->btd", out, kernel.reshape(kv_heads, groups, *kernel.shape[1:]))
+        flat = out.reshape(batch, -1)  # [B, N*H]
+        adapted = flat @ kernel.reshape(-1, kernel.shape[-1])
+        if "o_lora_a" in attn:
+            a = attn["o_lora_a"].astype(cfg.jnp_dtype)
+            adapted = adapted + cfg.lora_scale * ((flat @ a.reshape(-1, a.shape[-1])) @ attn["o_lora_b"].astype(
+                cfg.jnp_dtype))
+        return adapted[:, None, :]
+    y = jnp.einsum("bkgth,kghd->btd", out, kernel.reshape(kv_heads, groups, *kernel.shape[1:]))
+    if "o_lora_a" in attn:
+        a = attn["o_lora_a"].astype(cfg.jnp_dtype)
+        low = jnp.einsum("bkgth,kghr->btr", out, a.reshape(kv_heads, groups, *a.shape[1:]))  # [B, T, r]
+        y = y + cfg.lora_scale * jnp.einsum("btr,rd->btd", low, attn["o_lora_b"].astype(cfg.jnp_dtype))
+    return y
 
 
 def mlp(cfg: ModelConfig, mlp_params: Params, x: jax.Array, constrain: Constrain = no_constraint) -> jax.Array:
     """SwiGLU feed-forward: down(silu(gate(x)) * up(x)); x [B, T, D] -> [B, T, D]."""
     dt = cfg.jnp_dtype
-    gate = jnp.einsum("btd,df->btf", x, mlp_params["gate_kernel"].astype(dt))
-    up = jnp.einsum("btd,df->btf", x, mlp_params["up_kernel"].astype(dt))
+    gate = (jnp.einsum("btd,df->btf", x, mlp_params["gate_kernel"].astype(dt))
+            + lora_delta(cfg, mlp_params, "gate", x, "btd,dr->btr", "btr,rf->btf"))
+    up = (jnp.einsum("btd,df->btf", x, mlp_params["up_kernel"].astype(dt))
+          + lora_delta(cfg, mlp_params, "up", x, "btd,dr->btr", "btr,rf->btf"))
     hidden = constrain(jax.nn.silu(gate) * up, MLP_ACTIVATION_AXES)  # [B, T, F]
-    return jnp.einsum("btf,fd->btd", hidden, mlp_params["down_kernel"].astype(dt))
+    return (jnp.einsum("btf,fd->btd", hidden, mlp_params["down_kernel"].astype(dt))
+            + lora_delta(cfg, mlp_params, "down", hidden, "btf,fr->btr", "btr,rd->btd"))
 
 
 # feed_forward(cfg, mlp params, x [B, T, D], constrain) -> [B, T, D]: `mlp` or an equivalent schedule of it.

@@ -51,6 +51,7 @@ def _sequence_chunked_mlp(cfg: ModelConfig, mlp_params: Params, x: jax.Array,
     chunk = -(-length // num_chunks)
     padded = num_chunks * chunk
     weights = {name: constrain(w.astype(cfg.jnp_dtype), ("mlp", None) if name == "down_kernel" else (None, "mlp"))
+               if name.endswith("_kernel") else w.astype(cfg.jnp_dtype)  # LoRA leaves: cast only
                for name, w in mlp_params.items()}
     xs = jnp.pad(x, ((0, 0), (0, padded - length), (0, 0))).reshape(batch, num_chunks, chunk, hidden)
     # prevent_cse=True inside this map: measured 0.9 GiB less temporary memory than False for the

@@ -1,0 +1,176 @@
+"""LoRA adapters on the decoder's projections: the adapter tree, its init and logical axes, and
+merging it into (or laying it beside) the base params.
+
+An adapter on projection W (x @ W) adds scale * (x @ A) @ B, with A [in, r], B [r, out] and
+scale = alpha / r (`ModelConfig.lora_scale`). The adapter leaves sit beside their kernels in the
+layer's dicts (`attn.q_lora_a`, `attn.q_lora_b`, `mlp.gate_lora_a`, ...), stacked on the `layers`
+axis like every layer param, so the one model path (training forward, prefill, cached decode)
+applies them wherever a tree carries them (`primitives`); a tree without them is the base model.
+B starts at zero (PEFT's init): an adapted model starts exactly at its base.
+
+Shapes (L layers, D hidden, N / K heads, H head dim, F MLP width, r rank):
+
+    q: A [L, D, r], B [L, r, N, H]     k, v: A [L, D, r], B [L, r, K, H]     o: A [L, N, H, r], B [L, r, D]
+    gate, up: A [L, D, r], B [L, r, F]     down: A [L, F, r], B [L, r, D]
+
+Adapters are float32 whatever the base's dtype.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec
+
+from genenv_jax.models.config import ModelConfig
+
+Params = Any
+TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+_BLOCK = {"q": "attn", "k": "attn", "v": "attn", "o": "attn", "gate": "mlp", "up": "mlp", "down": "mlp"}
+
+
+@dataclasses.dataclass(frozen=True)
+class LoRAConfig:
+    """rank 0: no adapters (full fine-tuning). `targets`: which projections get one."""
+
+    rank: int = 0
+    alpha: float = 16.0
+    targets: tuple[str, ...] = TARGETS
+    dropout: float = 0.0
+
+    def __post_init__(self):
+        if self.rank < 0:
+            raise ValueError(f"LoRA rank must be >= 0, got {self.rank}")
+        unknown = sorted(set(self.targets) - set(TARGETS))
+        if unknown or (self.rank and not self.targets):
+            raise ValueError(f"LoRA targets {list(self.targets)}: expected a non-empty subset of {list(TARGETS)}")
+        if not (math.isfinite(self.alpha) and self.alpha > 0):
+            raise ValueError(f"LoRA alpha must be a finite number > 0, got {self.alpha}")
+        if self.dropout != 0.0:
+            raise ValueError(f"LoRA dropout {self.dropout} is not supported (only 0.0)")
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank > 0
+
+    @property
+    def scale(self) -> float:
+        """alpha / rank, the multiplier of every delta (1.0 without adapters)."""
+        return self.alpha / self.rank if self.rank else 1.0
+
+
+def _shapes_and_axes(cfg: ModelConfig, target: str, rank: int) -> tuple[tuple, tuple, tuple, tuple]:
+    """(A shape, B shape, A logical axes, B logical axes) of one target, without the layers axis."""
+    d, n, k, h, f = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size
+    table = {
+        "q": ((d, rank), (rank, n, h), ("embed", None), (None, "q_heads", "head_dim")),
+        "k": ((d, rank), (rank, k, h), ("embed", None), (None, "kv_heads", "head_dim")),
+        "v": ((d, rank), (rank, k, h), ("embed", None), (None, "kv_heads", "head_dim")),
+        "o": ((n, h, rank), (rank, d), ("q_heads", "head_dim", None), (None, "embed")),
+        "gate": ((d, rank), (rank, f), ("embed", None), (None, "mlp")),
+        "up": ((d, rank), (rank, f), ("embed", None), (None, "mlp")),
+        "down": ((f, rank), (rank, d), ("mlp", None), (None, "embed")),
+    }
+    return table[target]
+
+
+def adapter_shapes(cfg: ModelConfig, lora: LoRAConfig) -> Params:
+    """ShapeDtypeStructs (float32) of the adapter tree."""
+    tree: dict[str, dict[str, Any]] = {"attn": {}, "mlp": {}}
+    for t in lora.targets:
+        a, b, _, _ = _shapes_and_axes(cfg, t, lora.rank)
+        tree[_BLOCK[t]][f"{t}_lora_a"] = jax.ShapeDtypeStruct((cfg.num_layers, *a), jnp.float32)
+        tree[_BLOCK[t]][f"{t}_lora_b"] = jax.ShapeDtypeStruct((cfg.num_layers, *b), jnp.float32)
+    return {"layers": {k: v for k, v in tree.items() if v}}
+
+
+def adapter_logical_axes(cfg: ModelConfig, lora: LoRAConfig) -> Params:
+    """PartitionSpecs of logical axis names, one per adapter leaf (the tree of `adapter_shapes`)."""
+    tree: dict[str, dict[str, Any]] = {"attn": {}, "mlp": {}}
+    for t in lora.targets:
+        _, _, a_axes, b_axes = _shapes_and_axes(cfg, t, lora.rank)
+        tree[_BLOCK[t]][f"{t}_lora_a"] = PartitionSpec("layers", *a_axes)
+        tree[_BLOCK[t]][f"{t}_lora_b"] = PartitionSpec("layers", *b_axes)
+    return {"layers": {k: v for k, v in tree.items() if v}}
+
+
+def init_adapters(cfg: ModelConfig, lora: LoRAConfig, rng: jax.Array) -> Params:
+    """A ~ U(-1/sqrt(in), 1/sqrt(in)) (PEFT's kaiming-uniform with a = sqrt(5)), B = 0, float32."""
+    shapes = adapter_shapes(cfg, lora)
+    leaves, treedef = jax.tree.flatten(shapes)
+    keys = iter(jax.random.split(rng, len(leaves)))
+    out = []
+    for path, leaf in zip(jax.tree_util.tree_flatten_with_path(shapes)[0], leaves):
+        name = path[0][-1].key
+        key = next(keys)
+        if name.endswith("_lora_b"):
+            out.append(jnp.zeros(leaf.shape, leaf.dtype))
+        else:
+            fan_in = math.prod(leaf.shape[1:-1])  # [L, in..., r]
+            bound = 1.0 / math.sqrt(fan_in)
+            out.append(jax.random.uniform(key, leaf.shape, leaf.dtype, -bound, bound))
+    return jax.tree.unflatten(treedef, out)
+
+
+def with_adapters(params: Params, adapters: Params | None) -> Params:
+    """The base tree with the adapter leaves laid beside their kernels (no copy: new dicts, the same
+    arrays). `primitives` applies whatever adapters a tree carries."""
+    if not adapters:
+        return params
+    layers = dict(params["layers"])
+    for block, leaves in adapters["layers"].items():
+        layers[block] = {**layers[block], **leaves}
+    return {**params, "layers": layers}
+
+
+def split_adapters(params: Params) -> tuple[Params, Params]:
+    """(base, adapters) of a tree `with_adapters` made."""
+    layers, adapters = {}, {}
+    for block, leaves in params["layers"].items():
+        if isinstance(leaves, Mapping):
+            layers[block] = {k: v for k, v in leaves.items() if "_lora_" not in k}
+            found = {k: v for k, v in leaves.items() if "_lora_" in k}
+            if found:
+                adapters[block] = found
+        else:
+            layers[block] = leaves
+    return {**params, "layers": layers}, ({"layers": adapters} if adapters else {})
+
+
+def delta(target: str, a: jax.Array, b: jax.Array) -> jax.Array:
+    """The weight delta A @ B of one target in its kernel's layout (without the layers axis)."""
+    if target in ("q", "k", "v"):
+        return jnp.einsum("dr,rkh->dkh", a, b)
+    if target == "o":
+        return jnp.einsum("nhr,rd->nhd", a, b)
+    return a @ b
+
+
+def merge(params: Params, adapters: Params, scale: float) -> Params:
+    """Base params with every adapter folded in: W + scale * A @ B, in the kernel's dtype (for
+    export and for sampling from merged weights)."""
+    base, _ = split_adapters(params)
+    layers = {block: dict(leaves) for block, leaves in base["layers"].items()}
+    for block, leaves in adapters.get("layers", {}).items():
+        for name in [n for n in leaves if n.endswith("_lora_a")]:
+            target = name[: -len("_lora_a")]
+            kernel = layers[block][f"{target}_kernel"]
+            update = jax.vmap(lambda a, b, t=target: delta(t, a, b))(leaves[name], leaves[f"{target}_lora_b"])
+            layers[block][f"{target}_kernel"] = (kernel.astype(jnp.float32) + scale * update).astype(kernel.dtype)
+    return {**base, "layers": layers}
+
+
+def count_params(cfg: ModelConfig, lora: LoRAConfig) -> int:
+    """Trainable adapter parameters."""
+    return sum(math.prod(s.shape) for s in jax.tree.leaves(adapter_shapes(cfg, lora))) if lora.enabled else 0
+
+
+def targets_of(adapters: Params) -> Sequence[str]:
+    """The targets an adapter tree adapts, in TARGETS order."""
+    found = {n[: -len("_lora_a")] for leaves in adapters.get("layers", {}).values() for n in leaves
+             if n.endswith("_lora_a")}
+    return [t for t in TARGETS if t in found]
