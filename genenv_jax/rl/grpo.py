@@ -19,6 +19,7 @@ from jax.sharding import Mesh
 
 from genenv_jax.core.config_checks import check_choice
 from genenv_jax.models import ModelConfig
+from genenv_jax.models.lora import LoRAConfig
 from genenv_jax.rl.logprobs import token_logprobs
 from genenv_jax.rl.losses import AGGREGATIONS, KL_ESTIMATORS, aggregate, kl_penalty, normalizer, token_count
 from genenv_jax.rl.step import TrainStep, build_train_step
@@ -147,8 +148,9 @@ def grpo_micro_batch_loss(cfg: ModelConfig, config: GRPOConfig, params: Any, bat
 
 def make_grpo_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, config: GRPOConfig | None = None,
                    mesh: Mesh | None = None, micro_batches: int = 1, rules: Any = None,
-                   donate: bool = True) -> TrainStep:
-    """The jitted GRPO `step(params, opt_state, batch) -> (params, opt_state, metrics)`.
+                   donate: bool = True, lora: LoRAConfig | None = None) -> TrainStep:
+    """The jitted GRPO `step(params, opt_state, batch) -> (params, opt_state, metrics)` (with `lora`:
+    `step(adapters, opt_state, batch, base)`, see `rl.step`).
 
     Metrics: loss, pg_loss, kl (when kl_coef > 0), entropy, clip_frac, tokens, grad_norm
     (before clipping), learning_rate.
@@ -167,4 +169,4 @@ def make_grpo_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, co
         return grpo_micro_batch_loss(cfg, config, params, micro_batch, norms)
 
     return build_train_step(cfg, optimizer, loss_fn, prepare, required, mesh=mesh, micro_batches=micro_batches,
-                            rules=rules, donate=donate, rule="GRPO")
+                            rules=rules, donate=donate, rule="GRPO", lora=lora)

@@ -5,6 +5,11 @@
 (params by `models.param_shardings`, the batch over data x fsdp), donated params and optimizer
 state, and gradient accumulation over micro-batches with `lax.scan`.
 
+With `lora` (rank > 0) the trained tree is the LoRA adapters and the base is a frozen argument:
+`step(adapters, opt_state, batch, base)`. The loss sees `with_adapters(base, adapters)`, the
+gradient is taken with respect to the adapters alone (the base's is never formed), the optimizer
+state exists for the adapters only, and the base is neither donated nor returned.
+
 Precision: gradients are accumulated in float32 and the optimizer state is float32. The update is
 added to the params in float32 and cast back to the params' dtype. Keep float32 master params
 (`cfg.replace(param_dtype="float32")`, compute dtype bfloat16) when the learning rate is small:
@@ -25,6 +30,8 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from genenv_jax.models import ModelConfig, param_shapes, param_shardings, shard_params
+from genenv_jax.models.lora import LoRAConfig, adapter_shapes, with_adapters
+from genenv_jax.models.partitioning import adapter_shardings
 from genenv_jax.parallel import BATCH_AXES, abstract_like, mesh_context, shard_batch, split_micro_batches
 from genenv_jax.rl.optim import current_learning_rate, init_opt_state, opt_state_shardings, to_float32
 
@@ -54,20 +61,36 @@ class TrainStep:
     param_shardings: Any
     opt_shardings: Any
     rules: Any = None
+    lora: LoRAConfig | None = None    # rank > 0: `params` are the adapters and the base is `frozen`
+    frozen_shardings: Any = None      # the base's shardings (LoRA with a mesh)
+
+    @property
+    def trains_adapters(self) -> bool:
+        return self.lora is not None and self.lora.enabled
 
     def _context(self):
         if self.mesh is None:
             return contextlib.nullcontext()
         return mesh_context(self.mesh, self.rules)
 
-    def __call__(self, params: Params, opt_state: Any, batch: Batch) -> tuple[Params, Any, Metrics]:
+    def __call__(self, params: Params, opt_state: Any, batch: Batch, frozen: Params | None = None,
+                 ) -> tuple[Params, Any, Metrics]:
         with self._context():
-            return self.fn(params, opt_state, batch)
+            return self.fn(params, opt_state, batch, *self._frozen(frozen))
 
-    def lower(self, params: Params, opt_state: Any, batch: Batch):
+    def lower(self, params: Params, opt_state: Any, batch: Batch, frozen: Params | None = None):
         """`jax.jit(...).lower` of the step (for cost analysis / compile timing)."""
         with self._context():
-            return self.fn.lower(params, opt_state, batch)
+            return self.fn.lower(params, opt_state, batch, *self._frozen(frozen))
+
+    def _frozen(self, frozen: Params | None) -> tuple:
+        if self.trains_adapters:
+            if frozen is None:
+                raise ValueError("a LoRA step needs the frozen base params (step(adapters, opt_state, batch, base))")
+            return (frozen,)
+        if frozen is not None:
+            raise ValueError("a full fine-tuning step takes no frozen params")
+        return ()
 
     def place_params(self, params: Params) -> Params:
         """Puts params on this step's param shardings (no-op placement without a mesh)."""
@@ -81,13 +104,17 @@ class TrainStep:
         """Float32 optimizer state for `params`, sharded like them."""
         return init_opt_state(self.optimizer, params, self.opt_shardings)
 
+    def trained_shapes(self) -> Params:
+        """ShapeDtypeStructs of what this step trains: the params, or the adapters under LoRA."""
+        return adapter_shapes(self.cfg, self.lora) if self.trains_adapters else param_shapes(self.cfg)
+
     def abstract_params(self) -> Params:
-        """ShapeDtypeStructs of the params with this step's shardings (e.g. a checkpoint restore target)."""
-        return abstract_like(param_shapes(self.cfg), self.param_shardings)
+        """ShapeDtypeStructs of the trained tree with this step's shardings (e.g. a checkpoint restore target)."""
+        return abstract_like(self.trained_shapes(), self.param_shardings)
 
     def abstract_opt_state(self) -> Any:
         """ShapeDtypeStructs of the float32 optimizer state with this step's shardings."""
-        shapes = jax.eval_shape(lambda p: self.optimizer.init(to_float32(p)), param_shapes(self.cfg))
+        shapes = jax.eval_shape(lambda p: self.optimizer.init(to_float32(p)), self.trained_shapes())
         return abstract_like(shapes, self.opt_shardings)
 
 
@@ -114,7 +141,7 @@ def check_batch(batch: Batch, required: tuple[str, ...], micro_batches: int, bat
 def build_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, loss_fn: LossFn,
                      prepare: PrepareFn, required_keys: tuple[str, ...], *, gate: GateFn | None = None,
                      mesh: Mesh | None = None, micro_batches: int = 1, rules: Any = None,
-                     donate: bool = True, rule: str = "train_step") -> TrainStep:
+                     donate: bool = True, rule: str = "train_step", lora: LoRAConfig | None = None) -> TrainStep:
     """Builds the jitted, sharded, micro-batched step around `loss_fn` (see module docstring).
 
     With `mesh=None` the step runs on the default device without sharding annotations.
@@ -128,25 +155,35 @@ def build_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, 
         logging.warning("%s: params are %s; updates much smaller than the weights (small learning "
                         "rates) are rounded away. Prefer float32 master params.", rule, cfg.param_dtype)
     batch_devices = 1 if mesh is None else math.prod(mesh.shape[a] for a in BATCH_AXES)
+    adapters = lora is not None and lora.enabled
+    trained = adapter_shapes(cfg, lora) if adapters else param_shapes(cfg)
+    f_shardings = None
     if mesh is None:
         p_shardings = o_shardings = None
     else:
-        p_shardings = param_shardings(cfg, mesh, rules)
-        o_shardings = opt_state_shardings(optimizer, p_shardings, param_shapes(cfg), mesh)
+        p_shardings = adapter_shardings(cfg, lora, mesh, rules) if adapters else param_shardings(cfg, mesh, rules)
+        o_shardings = opt_state_shardings(optimizer, p_shardings, trained, mesh)
+        f_shardings = param_shardings(cfg, mesh, rules) if adapters else None
 
     def constrain_like_params(tree):
         return tree if mesh is None else jax.lax.with_sharding_constraint(tree, p_shardings)
 
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    if adapters:
+        def trained_loss(params, micro_batch, norms, frozen):  # params: the adapters; frozen: the base
+            return loss_fn(with_adapters(frozen, params), micro_batch, norms)
+    else:
+        def trained_loss(params, micro_batch, norms, frozen):
+            return loss_fn(params, micro_batch, norms)
+    grad_fn = jax.value_and_grad(trained_loss, has_aux=True)
 
-    def step(params, opt_state, batch):
+    def step(params, opt_state, batch, frozen=None):
         batch = dict(batch)
         check_batch(batch, required_keys, micro_batches, batch_devices, rule)
         batch, norms, direct_metrics = prepare(batch)
         micro = jax.tree.map(lambda x: split_micro_batches(x, micro_batches, mesh), batch)
 
         def accumulate(grad_sum, micro_batch):
-            (_, metrics), grads = grad_fn(params, micro_batch, norms)
+            (_, metrics), grads = grad_fn(params, micro_batch, norms, frozen)
             grads = constrain_like_params(to_float32(grads))
             return jax.tree.map(jnp.add, grad_sum, grads), metrics
 
@@ -176,13 +213,15 @@ def build_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, 
         metrics.update(direct_metrics)
         return new_params, new_opt_state, metrics
 
-    donate_argnums = (0, 1) if donate else ()
+    donate_argnums = (0, 1) if donate else ()  # never the frozen base: the sampler and the KL reference share it
     if mesh is None:
         fn = jax.jit(step, donate_argnums=donate_argnums)
     else:
         batch_prefix = NamedSharding(mesh, P(BATCH_AXES))  # every batch leaf: rows over data x fsdp
         replicated = NamedSharding(mesh, P())
-        fn = jax.jit(step, in_shardings=(p_shardings, o_shardings, batch_prefix),
+        in_shardings = (p_shardings, o_shardings, batch_prefix) + ((f_shardings,) if adapters else ())
+        fn = jax.jit(step, in_shardings=in_shardings,
                      out_shardings=(p_shardings, o_shardings, replicated), donate_argnums=donate_argnums)
     return TrainStep(fn=fn, cfg=cfg, optimizer=optimizer, mesh=mesh, param_shardings=p_shardings,
-                     opt_shardings=o_shardings, rules=rules)
+                     opt_shardings=o_shardings, rules=rules, lora=lora if adapters else None,
+                     frozen_shardings=f_shardings)
