@@ -90,6 +90,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--hf", action="store_true", help="also time HF transformers generate on the same shapes")
     p.add_argument("--hf_attention", default="sdpa", help="HF attn_implementation: sdpa, eager, ...")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lora_rank", type=int, default=0,
+                   help="also time placing the params with rank-R LoRA adapters merged (once per weight update)")
     p.add_argument("--slot_use", action="store_true", help="measure slot use on a response-length mix instead")
     p.add_argument("--prompts", type=int, default=1024, help="--slot_use: prompts in the call")
     p.add_argument("--slots", type=int, default=256, help="--slot_use: decode slots")
@@ -168,6 +170,27 @@ def time_ours(sampler: Sampler, params, prompts: list[list[int]], new_tokens: in
             best["decode_s"] = min(best["decode_s"], stats.decode_s + stats.resize_s)
     best["forward_steps"] = stats.decode_steps  # the first token comes from the prefill logits
     return best
+
+
+def time_lora_placement(sampler: Sampler, stacked, rank: int, seed: int, repeats: int):
+    """Seconds to place the base alone and the base with rank-`rank` adapters merged in (what a
+    LoRA policy pays once per weight update before sampling); returns the merged placement."""
+    from genenv_jax.models.lora import LoRAConfig, init_adapters
+
+    lora = LoRAConfig(rank=rank, alpha=2.0 * rank)
+    adapters = init_adapters(sampler.cfg, lora, jax.random.key(seed + 1))
+    adapters = jax.tree.map(lambda a: a + 0.01 if a.ndim else a, adapters)  # B != 0: a real merge
+
+    def place(with_adapters):
+        out = sampler.prepare_params(stacked, adapters if with_adapters else None)
+        jax.block_until_ready(jax.tree.leaves(out.tree))
+        return out
+
+    base_s = _best_time(lambda: place(False), repeats)
+    merged_s = _best_time(lambda: place(True), repeats)
+    print(f"placement: base {base_s * 1e3:.0f} ms, base + rank-{rank} adapters merged {merged_s * 1e3:.0f} ms "
+          f"(per weight update; decoding the merged weights costs what the base's does)")
+    return place(True)
 
 
 def length_mix(n: int, cap: int, long_fraction: float, short: tuple[int, int], rng) -> np.ndarray:
@@ -334,10 +357,14 @@ def main(argv=None) -> None:
     if model_path:
         from genenv_jax.models.loading import load_model
 
-        params = sampler.prepare_params(load_model(model_path, mesh=mesh, dtype=args.dtype)[1])
+        stacked = load_model(model_path, mesh=mesh, dtype=args.dtype)[1]
     else:
         init = jax.jit(functools.partial(init_params, cfg), out_shardings=param_shardings(cfg, mesh))
-        params = sampler.prepare_params(init(jax.random.key(args.seed)))  # the stacked copy is dropped here
+        stacked = init(jax.random.key(args.seed))
+    params = sampler.prepare_params(stacked)
+    if args.lora_rank:
+        params = time_lora_placement(sampler, stacked, args.lora_rank, args.seed, args.repeats)
+    del stacked  # the stacked copy is dropped here
 
     rng = np.random.default_rng(args.seed)
     header = ("| batch | prefill ms | prefill tok/s | decode step ms | limit step ms | bound | % of limit | decode tok/s "

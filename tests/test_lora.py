@@ -142,3 +142,26 @@ def test_adapted_mlp_matches_a_numpy_rederivation(model):
     want = (gate / (1 + np.exp(-gate)) * up) @ w("down")
     got = primitives.mlp(cfg, {k: v[0] for k, v in block.items()}, jnp.asarray(x))
     np.testing.assert_allclose(np.asarray(got), want, atol=1e-5, rtol=1e-5)
+
+
+def test_the_sampler_places_merged_adapters(model):
+    """`Sampler.prepare_params(base, adapters)` folds the adapters in layer by layer: the cached
+    decode path's logits equal the training forward of the adapted tree, and greedy tokens equal
+    those of the weights merged by `lora.merge`."""
+    from decode_reference import teacher_forced_logits
+    from genenv_jax.sampling import Sampler
+
+    cfg, params = model
+    adapters = _random_b(init_adapters(cfg, LORA, jax.random.key(10)))
+    sampler = Sampler(cfg, pad_id=0)
+    placed = sampler.prepare_params(params, adapters)
+    tokens = np.asarray(_tokens(cfg, batch=2, length=9, seed=11))
+    prompts, continuations = [list(tokens[0, :5]), list(tokens[1, :3])], [list(tokens[0, 5:]), list(tokens[1, 3:])]
+    got = teacher_forced_logits(sampler, placed, prompts, continuations)
+    full = np.asarray(forward(cfg, with_adapters(params, adapters), jnp.asarray(tokens)))
+    np.testing.assert_allclose(got[0], full[0, 4:8], atol=1e-4, rtol=0)
+    np.testing.assert_allclose(got[1], full[1, 2:8], atol=1e-4, rtol=0)
+    greedy = dict(max_new_tokens=6, temperature=0.0, seed=0, stop_tokens=())
+    a = sampler.generate(placed, prompts, **greedy).token_lists()
+    b = sampler.generate(merge(with_adapters(params, adapters), adapters, LORA.scale), prompts, **greedy).token_lists()
+    assert a == b

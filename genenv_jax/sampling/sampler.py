@@ -26,6 +26,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from genenv_jax.core.bucketing import length_bucket, next_power_of_two, round_up
 from genenv_jax.models import ModelConfig, param_shardings
+from genenv_jax.models.lora import delta as lora_delta_weights
 from genenv_jax.parallel import BATCH_AXES, MeshConfig, logical_to_spec, make_mesh
 from genenv_jax.sampling.buckets import Buckets, bucket_size
 from genenv_jax.sampling.inputs import PromptBatch, SamplerParams
@@ -168,9 +169,13 @@ class Sampler:
             self._programs[key] = jitted.lower(*args).compile()
         return self._programs[key]
 
-    def prepare_params(self, params: Any) -> SamplerParams:
+    def prepare_params(self, params: Any, adapters: Any = None) -> SamplerParams:
         """Places model params for this sampler (reshards from another mesh; one layer at a time,
-        so the extra memory is the placed copy plus one layer)."""
+        so the extra memory is the placed copy plus one layer). With LoRA `adapters`
+        (models/lora.py) each layer is placed merged, W + cfg.lora_scale * A @ B, so decoding costs
+        what the base's does; call it again after each adapter update."""
+        if adapters:
+            return self._prepare_merged(params, adapters)
         dtype = self.cfg.jnp_param_dtype
         if isinstance(params, SamplerParams):
             if params.cfg == self.cfg and params.mesh == self.mesh:
@@ -188,6 +193,37 @@ class Sampler:
             return jax.tree.map(lambda a: np.asarray(a[i]).astype(dtype), params["layers"])
 
         layers = tuple(jax.device_put(layer(i), self.param_shardings["layers"][i])
+                       for i in range(self.cfg.num_layers))
+        rest = {k: jax.tree.map(lambda a, s: jax.device_put(jnp.asarray(a).astype(dtype), s), v,
+                                self.param_shardings[k])
+                for k, v in params.items() if k != "layers"}
+        return SamplerParams({**rest, "layers": layers}, self.cfg, self.mesh)
+
+    def _prepare_merged(self, params: Any, adapters: Any) -> SamplerParams:
+        """`prepare_params` of the base with the adapters folded in, one layer at a time."""
+        check_param_tree(self.cfg, params)
+        dtype, scale = self.cfg.jnp_param_dtype, self.cfg.lora_scale
+
+        def merge_layer(layers, adapter_layers, i):
+            out = {}
+            for block, leaves in layers.items():
+                if not isinstance(leaves, dict):
+                    out[block] = leaves[i].astype(dtype)
+                    continue
+                found = adapter_layers.get(block, {})
+                merged = {}
+                for name, w in leaves.items():
+                    target = name[: -len("_kernel")] if name.endswith("_kernel") else None
+                    if target is not None and f"{target}_lora_a" in found:
+                        update = lora_delta_weights(target, found[f"{target}_lora_a"][i], found[f"{target}_lora_b"][i])
+                        merged[name] = (w[i].astype(jnp.float32) + scale * update).astype(dtype)
+                    else:
+                        merged[name] = w[i].astype(dtype)
+                out[block] = merged
+            return out
+
+        take = jax.jit(merge_layer)
+        layers = tuple(jax.device_put(take(params["layers"], adapters["layers"], i), self.param_shardings["layers"][i])
                        for i in range(self.cfg.num_layers))
         rest = {k: jax.tree.map(lambda a, s: jax.device_put(jnp.asarray(a).astype(dtype), s), v,
                                 self.param_shardings[k])
