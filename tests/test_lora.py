@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from decode_reference import _forced_logits
+from random_params import with_random_b
 from genenv_jax.models import forward, init_params, preset
 from genenv_jax.models.decode import unstack_layers
 from genenv_jax.models.lora import (TARGETS, LoRAConfig, adapter_logical_axes, adapter_shapes, count_params,
@@ -20,15 +21,6 @@ LORA = LoRAConfig(rank=4, alpha=8.0)
 def model():
     cfg = preset("micro", lora_scale=LORA.scale)
     return cfg, init_params(cfg, jax.random.key(0))
-
-
-def _random_b(adapters, seed=1):
-    """Adapters with B drawn too (at init B = 0), so the deltas are not zero."""
-    leaves, treedef = jax.tree_util.tree_flatten_with_path(adapters)
-    keys = jax.random.split(jax.random.key(seed), len(leaves))
-    out = [jax.random.normal(k, leaf.shape) * 0.05 if path[-1].key.endswith("_lora_b") else leaf
-           for k, (path, leaf) in zip(keys, leaves)]
-    return jax.tree.unflatten(jax.tree.structure(adapters), out)
 
 
 def _tokens(cfg, batch=2, length=10, seed=0):
@@ -71,7 +63,7 @@ def test_b_zero_gives_the_base_logits_exactly(model):
 def test_adapted_logits_equal_the_merged_weights(model, targets):
     cfg, params = model
     lora = LoRAConfig(rank=4, alpha=8.0, targets=targets)
-    adapters = _random_b(init_adapters(cfg, lora, jax.random.key(2)))
+    adapters = with_random_b(init_adapters(cfg, lora, jax.random.key(2)))
     tokens = _tokens(cfg)
     adapted = np.asarray(forward(cfg, with_adapters(params, adapters), tokens))
     merged = np.asarray(forward(cfg, merge(with_adapters(params, adapters), adapters, lora.scale), tokens))
@@ -90,7 +82,7 @@ def test_split_undoes_with_adapters(model):
 
 def test_cached_decode_applies_the_adapters_like_the_forward(model):
     cfg, params = model
-    adapters = _random_b(init_adapters(cfg, LORA, jax.random.key(4)))
+    adapters = with_random_b(init_adapters(cfg, LORA, jax.random.key(4)))
     tree = with_adapters(params, adapters)
     prompt_len, new = 6, 4
     tokens = _tokens(cfg, length=prompt_len + new, seed=5)
@@ -105,7 +97,7 @@ def test_cached_decode_applies_the_adapters_like_the_forward(model):
 
 def test_gradients_reach_the_adapters_only(model):
     cfg, params = model
-    adapters = _random_b(init_adapters(cfg, LORA, jax.random.key(6)))
+    adapters = with_random_b(init_adapters(cfg, LORA, jax.random.key(6)))
     tokens = _tokens(cfg)
 
     def loss(trainable):
@@ -130,7 +122,7 @@ def test_adapted_mlp_matches_a_numpy_rederivation(model):
     from genenv_jax.models import primitives
 
     cfg, params = model
-    adapters = _random_b(init_adapters(cfg, LORA, jax.random.key(8)))
+    adapters = with_random_b(init_adapters(cfg, LORA, jax.random.key(8)))
     block = with_adapters(params, adapters)["layers"]["mlp"]
     layer0 = {k: np.asarray(v[0], np.float64) for k, v in block.items()}
     x = np.asarray(jax.random.normal(jax.random.key(9), (2, 5, cfg.hidden_size)), np.float32)
@@ -152,7 +144,7 @@ def test_the_sampler_places_merged_adapters(model):
     from genenv_jax.sampling import Sampler
 
     cfg, params = model
-    adapters = _random_b(init_adapters(cfg, LORA, jax.random.key(10)))
+    adapters = with_random_b(init_adapters(cfg, LORA, jax.random.key(10)))
     sampler = Sampler(cfg, pad_id=0)
     placed = sampler.prepare_params(params, adapters)
     tokens = np.asarray(_tokens(cfg, batch=2, length=9, seed=11))

@@ -13,6 +13,7 @@ from genenv_jax.models import forward, load_hf, save_hf  # noqa: E402
 from genenv_jax.models.lora import LoRAConfig, init_adapters, merge, with_adapters  # noqa: E402
 from genenv_jax.models.peft_io import load_peft_adapters, save_peft_adapters  # noqa: E402
 from hf_reference import make_hf_model, save_hf_model  # noqa: E402
+from random_params import with_random_b  # noqa: E402
 
 LORA = LoRAConfig(rank=4, alpha=12.0)
 
@@ -23,12 +24,7 @@ def setup(tmp_path_factory):
     base_dir = save_hf_model(make_hf_model(std=0.1), root / "base")
     cfg, params = load_hf(base_dir)
     cfg = cfg.replace(lora_scale=LORA.scale)
-    adapters = init_adapters(cfg, LORA, jax.random.key(0))
-    leaves, treedef = jax.tree_util.tree_flatten_with_path(adapters)
-    keys = jax.random.split(jax.random.key(1), len(leaves))
-    adapters = jax.tree.unflatten(jax.tree.structure(adapters), [
-        jax.random.normal(k, leaf.shape) * 0.1 if path[-1].key.endswith("_lora_b") else leaf
-        for k, (path, leaf) in zip(keys, leaves)])
+    adapters = with_random_b(init_adapters(cfg, LORA, jax.random.key(0)), seed=1, std=0.1)
     tokens = np.random.RandomState(0).randint(3, cfg.vocab_size, (2, 11))
     ours = np.asarray(forward(cfg, with_adapters(params, adapters), jnp.asarray(tokens)))
     return root, base_dir, cfg, params, adapters, tokens, ours

@@ -91,9 +91,6 @@ class PolicySettings:
         return preset(self.preset, **layout)
 
 
-MODEL_KEYS = tuple(f.name for f in dataclasses.fields(PolicySettings)
-                   if f.metadata.get("in_tree", True) and f.name not in ("sampling", "optimizer", "train"))
-
 # How the three policies' defaults differ (everything else: the declarations above). The agent
 # (GRPO, batch 64 tasks, PPO mini-batch 16, lr 1e-6) and the simulator (RWR on in-band generated
 # tasks, KL to its initial weights) follow the paper; the experience model (mode=dreamgym) is

@@ -52,17 +52,20 @@ class ExperienceModel:
             buffer.add(offline, vectors)
         return cls(text, embedder, buffer, offline, vectors, prompt_settings, top_k, max_prompt_len)
 
-    def retrieval(self, real_only: bool = True) -> Retrieval | None:
-        """Top-k retrieval over the (growing) buffer; None when top_k is 0 (the no-replay ablation)."""
-        return Retrieval(self.buffer, self.embedder, top_k=self.top_k, real_only=real_only) if self.top_k > 0 else None
+    def retrieval(self, real_only: bool = True, buffer: ReplayBuffer | None = None) -> Retrieval | None:
+        """Top-k retrieval over `buffer` (default: the growing one); None when top_k is 0 (the
+        no-replay ablation)."""
+        if self.top_k <= 0:
+            return None
+        return Retrieval(self.buffer if buffer is None else buffer, self.embedder, top_k=self.top_k, real_only=real_only)
 
     def sft_rows(self) -> list[TrainRow]:
         """One SFT row per offline transition, its demos retrieved from the offline transitions alone
         (an in-memory buffer, never committed), so the rows depend on the offline data only."""
         offline_only = ReplayBuffer(self.buffer.pool)
         offline_only.add(self.offline, self.vectors)
-        retrieval = Retrieval(offline_only, self.embedder, top_k=self.top_k, real_only=True) if self.top_k > 0 else None
-        return sft_rows(self.text, self.offline, retrieval, self.prompt_settings, self.max_prompt_len)
+        return sft_rows(self.text, self.offline, self.retrieval(buffer=offline_only), self.prompt_settings,
+                        self.max_prompt_len)
 
     def predictor(self, sample: SampleFn, real_only: bool = True) -> Predictor:
         """Predictions through `sample` (the fitted weights' sampler), with retrieval over the buffer."""

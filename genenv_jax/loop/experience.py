@@ -60,10 +60,17 @@ class ExperienceWorld:
         self.prompt_settings = PromptSettings(max_history=self.settings.max_history, reasoning=self.settings.reasoning,
                                               environment=self.support.environment)
         self.model: ExperienceModel | None = None  # built by `start`
-        self.buffer: ReplayBuffer | None = None
         self.environments: SyntheticEnvironments | None = None
-        self.embedder: Embedder | None = None
         self._placed = None
+
+    @property
+    def buffer(self) -> ReplayBuffer | None:
+        """The replay buffer retrieval serves (the `replay` pool's), once `start` ran."""
+        return None if self.model is None else self.model.buffer
+
+    @property
+    def embedder(self) -> Embedder | None:
+        return None if self.model is None else self.model.embedder
 
     def offline_transitions(self) -> list[Transition]:
         """The training seeds' real transitions (expert walkthroughs, random episodes); deterministic."""
@@ -81,7 +88,6 @@ class ExperienceWorld:
         self.model = ExperienceModel.build(ctx.text, self.policy.cfg, initial, self.offline_transitions(), self.pool,
                                            self.prompt_settings, top_k=self.settings.top_k,
                                            max_prompt_len=self.policy.settings.sampling.max_prompt_len)
-        self.buffer, self.embedder = self.model.buffer, self.model.embedder
         t_collect = time.time() - t0
         params, metrics = self._fit(initial)
         self._placed = self.policy.sampler.prepare_params(params)

@@ -29,7 +29,7 @@ import numpy as np
 from genenv_jax.models.config import ModelConfig, dtype_name
 from genenv_jax.models.hf_io import load_tensors
 from genenv_jax.models.params import Params
-from genenv_jax.text.gguf_tokenizer import gguf_tokenizer, open_gguf
+from genenv_jax.text.gguf_tokenizer import GGUFFields, gguf_tokenizer
 
 SUPPORTED_ARCHITECTURES = ("qwen2",)
 
@@ -72,21 +72,20 @@ def _dequantisable(qtype) -> bool:
     return isinstance(block_class, type) and "dequantize_blocks" in vars(block_class)
 
 
-class GGUFTensorReader:
+class GGUFTensorReader(GGUFFields):
     """A GGUF file's tensors under HF names and shapes, dequantised to float32 on read; also its
-    metadata. Quacks like `SafetensorsReader` (`model_dir`, `file_of`, `shape`, `dtype_code`, `read`),
-    so `hf_io.load_tensors` loads it."""
+    metadata (`field`, from `text.gguf_tokenizer.GGUFFields`). Quacks like `SafetensorsReader`
+    (`model_dir`, `file_of`, `shape`, `dtype_code`, `read`), so `hf_io.load_tensors` loads it."""
 
     def __init__(self, path: str | os.PathLike):
-        self.path = os.fspath(path)
+        super().__init__(path)
         self.model_dir = self.path  # named in every error, as SafetensorsReader names its directory
-        self._reader = open_gguf(self.path)
         self.architecture = str(self.field("general.architecture", ""))
         if self.architecture not in SUPPORTED_ARCHITECTURES:
             raise ValueError(f"{self.path}: GGUF architecture {self.architecture!r} is not supported "
                              f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)})")
         self._tensors = {}
-        for tensor in self._reader.tensors:
+        for tensor in self.reader.tensors:
             if not _dequantisable(tensor.tensor_type):
                 raise ValueError(f"{self.path}: tensor {tensor.name} is quantised as {tensor.tensor_type.name}, "
                                  "which the installed gguf package cannot dequantise")
@@ -94,11 +93,6 @@ class GGUFTensorReader:
         self.file_of = {name: self.path for name in self._tensors}
 
     # ----- metadata -----
-    def field(self, key: str, default: Any = None) -> Any:
-        """A metadata value (str, number, bool or list), or `default` if absent."""
-        f = self._reader.fields.get(key)
-        return default if f is None else f.contents()
-
     def arch_field(self, key: str, default: Any = None) -> Any:
         return self.field(f"{self.architecture}.{key}", default)
 

@@ -30,7 +30,8 @@ from genenv_jax.models.config import ModelConfig
 
 Params = Any
 TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
-_BLOCK = {"q": "attn", "k": "attn", "v": "attn", "o": "attn", "gate": "mlp", "up": "mlp", "down": "mlp"}
+# target -> the layer block its kernel lives in
+BLOCK_OF = {"q": "attn", "k": "attn", "v": "attn", "o": "attn", "gate": "mlp", "up": "mlp", "down": "mlp"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,8 +84,8 @@ def adapter_shapes(cfg: ModelConfig, lora: LoRAConfig) -> Params:
     tree: dict[str, dict[str, Any]] = {"attn": {}, "mlp": {}}
     for t in lora.targets:
         a, b, _, _ = _shapes_and_axes(cfg, t, lora.rank)
-        tree[_BLOCK[t]][f"{t}_lora_a"] = jax.ShapeDtypeStruct((cfg.num_layers, *a), jnp.float32)
-        tree[_BLOCK[t]][f"{t}_lora_b"] = jax.ShapeDtypeStruct((cfg.num_layers, *b), jnp.float32)
+        tree[BLOCK_OF[t]][f"{t}_lora_a"] = jax.ShapeDtypeStruct((cfg.num_layers, *a), jnp.float32)
+        tree[BLOCK_OF[t]][f"{t}_lora_b"] = jax.ShapeDtypeStruct((cfg.num_layers, *b), jnp.float32)
     return {"layers": {k: v for k, v in tree.items() if v}}
 
 
@@ -93,27 +94,24 @@ def adapter_logical_axes(cfg: ModelConfig, lora: LoRAConfig) -> Params:
     tree: dict[str, dict[str, Any]] = {"attn": {}, "mlp": {}}
     for t in lora.targets:
         _, _, a_axes, b_axes = _shapes_and_axes(cfg, t, lora.rank)
-        tree[_BLOCK[t]][f"{t}_lora_a"] = PartitionSpec("layers", *a_axes)
-        tree[_BLOCK[t]][f"{t}_lora_b"] = PartitionSpec("layers", *b_axes)
+        tree[BLOCK_OF[t]][f"{t}_lora_a"] = PartitionSpec("layers", *a_axes)
+        tree[BLOCK_OF[t]][f"{t}_lora_b"] = PartitionSpec("layers", *b_axes)
     return {"layers": {k: v for k, v in tree.items() if v}}
 
 
 def init_adapters(cfg: ModelConfig, lora: LoRAConfig, rng: jax.Array) -> Params:
     """A ~ U(-1/sqrt(in), 1/sqrt(in)) (PEFT's kaiming-uniform with a = sqrt(5)), B = 0, float32."""
     shapes = adapter_shapes(cfg, lora)
-    leaves, treedef = jax.tree.flatten(shapes)
-    keys = iter(jax.random.split(rng, len(leaves)))
-    out = []
-    for path, leaf in zip(jax.tree_util.tree_flatten_with_path(shapes)[0], leaves):
-        name = path[0][-1].key
-        key = next(keys)
-        if name.endswith("_lora_b"):
-            out.append(jnp.zeros(leaf.shape, leaf.dtype))
-        else:
-            fan_in = math.prod(leaf.shape[1:-1])  # [L, in..., r]
-            bound = 1.0 / math.sqrt(fan_in)
-            out.append(jax.random.uniform(key, leaf.shape, leaf.dtype, -bound, bound))
-    return jax.tree.unflatten(treedef, out)
+    keys = iter(jax.random.split(rng, len(jax.tree.leaves(shapes))))
+
+    def init(path, leaf):
+        key = next(keys)  # one key per leaf, in the tree's order
+        if path[-1].key.endswith("_lora_b"):
+            return jnp.zeros(leaf.shape, leaf.dtype)
+        bound = 1.0 / math.sqrt(math.prod(leaf.shape[1:-1]))  # A [L, in..., r]
+        return jax.random.uniform(key, leaf.shape, leaf.dtype, -bound, bound)
+
+    return jax.tree_util.tree_map_with_path(init, shapes)
 
 
 def with_adapters(params: Params, adapters: Params | None) -> Params:
@@ -150,17 +148,27 @@ def delta(target: str, a: jax.Array, b: jax.Array) -> jax.Array:
     return a @ b
 
 
-def merge(params: Params, adapters: Params, scale: float) -> Params:
-    """Base params with every adapter folded in: W + scale * A @ B, in the kernel's dtype (for
-    export and for sampling from merged weights)."""
-    base, _ = split_adapters(params)
-    layers = {block: dict(leaves) for block, leaves in base["layers"].items()}
-    for block, leaves in adapters.get("layers", {}).items():
-        for name in [n for n in leaves if n.endswith("_lora_a")]:
+def merge_layer(layer: Params, adapter_layer: Params, scale: float) -> Params:
+    """One layer's blocks (no layers axis) with its adapters folded in: W + scale * A @ B in float32,
+    cast back to W's dtype. Used over the stacked layers by `merge` and per layer by the sampler."""
+    out = {}
+    for block, leaves in layer.items():
+        found = adapter_layer.get(block, {})
+        merged = {k: v for k, v in leaves.items() if "_lora_" not in k} if isinstance(leaves, Mapping) else leaves
+        for name in (n for n in found if n.endswith("_lora_a")):
             target = name[: -len("_lora_a")]
-            kernel = layers[block][f"{target}_kernel"]
-            update = jax.vmap(lambda a, b, t=target: delta(t, a, b))(leaves[name], leaves[f"{target}_lora_b"])
-            layers[block][f"{target}_kernel"] = (kernel.astype(jnp.float32) + scale * update).astype(kernel.dtype)
+            kernel = merged[f"{target}_kernel"]
+            update = delta(target, found[name], found[f"{target}_lora_b"])
+            merged[f"{target}_kernel"] = (kernel.astype(jnp.float32) + scale * update).astype(kernel.dtype)
+        out[block] = merged
+    return out
+
+
+def merge(params: Params, adapters: Params, scale: float) -> Params:
+    """Base params (stacked layers) with every adapter folded in, in the kernels' dtype (for export
+    and for sampling from merged weights)."""
+    base, _ = split_adapters(params)
+    layers = jax.vmap(lambda layer, found: merge_layer(layer, found, scale))(base["layers"], adapters.get("layers", {}))
     return {**base, "layers": layers}
 
 

@@ -19,31 +19,23 @@ from typing import Any
 import numpy as np
 
 from genenv_jax.models.config import ModelConfig
-from genenv_jax.models.lora import TARGETS, LoRAConfig, adapter_shapes, targets_of
+from genenv_jax.models.lora import BLOCK_OF, TARGETS, LoRAConfig, adapter_shapes, targets_of
 
 Params = Any
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
 _MODULE = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
            "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
-_BLOCK = {"q": "attn", "k": "attn", "v": "attn", "o": "attn", "gate": "mlp", "up": "mlp", "down": "mlp"}
 
 
 def _key(layer: int, target: str, which: str) -> str:
     return f"base_model.model.model.layers.{layer}.{_MODULE[target]}.lora_{which}.weight"
 
 
-def _to_peft(target: str, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _to_peft(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Our A [in..., r], B [r, out...] of one layer -> PEFT's lora_A [r, in], lora_B [out, r]."""
     rank = a.shape[-1]
     return a.reshape(-1, rank).T, b.reshape(rank, -1).T
-
-
-def _from_peft(cfg: ModelConfig, target: str, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    rank = a.shape[0]
-    shapes = adapter_shapes(cfg, LoRAConfig(rank=rank, targets=(target,)))["layers"][_BLOCK[target]]
-    a_shape, b_shape = shapes[f"{target}_lora_a"].shape[1:], shapes[f"{target}_lora_b"].shape[1:]
-    return a.T.reshape(a_shape), b.T.reshape(b_shape)
 
 
 def save_peft_adapters(directory: str | os.PathLike, cfg: ModelConfig, adapters: Params, lora: LoRAConfig,
@@ -58,10 +50,10 @@ def save_peft_adapters(directory: str | os.PathLike, cfg: ModelConfig, adapters:
         raise ValueError("save_peft_adapters: the adapter tree adapts nothing")
     tensors = {}
     for t in targets:
-        a_all = np.asarray(adapters["layers"][_BLOCK[t]][f"{t}_lora_a"], np.float32)
-        b_all = np.asarray(adapters["layers"][_BLOCK[t]][f"{t}_lora_b"], np.float32)
+        a_all = np.asarray(adapters["layers"][BLOCK_OF[t]][f"{t}_lora_a"], np.float32)
+        b_all = np.asarray(adapters["layers"][BLOCK_OF[t]][f"{t}_lora_b"], np.float32)
         for i in range(cfg.num_layers):
-            a, b = _to_peft(t, a_all[i], b_all[i])
+            a, b = _to_peft(a_all[i], b_all[i])
             tensors[_key(i, t, "A")], tensors[_key(i, t, "B")] = np.ascontiguousarray(a), np.ascontiguousarray(b)
     config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": lora.rank, "lora_alpha": lora.alpha,
               "lora_dropout": lora.dropout, "target_modules": [_MODULE[t].split(".")[1] for t in targets],
@@ -110,19 +102,19 @@ def load_peft_adapters(directory: str | os.PathLike, cfg: ModelConfig) -> tuple[
     tree: dict[str, dict[str, Any]] = {"attn": {}, "mlp": {}}
     expected = adapter_shapes(cfg, lora)["layers"]
     for t in targets:
+        a_shape = expected[BLOCK_OF[t]][f"{t}_lora_a"].shape[1:]  # ours, without the layers axis
+        b_shape = expected[BLOCK_OF[t]][f"{t}_lora_b"].shape[1:]
         a_layers, b_layers = [], []
         for i in range(cfg.num_layers):
             try:
                 a, b = tensors[_key(i, t, "A")], tensors[_key(i, t, "B")]
             except KeyError as e:
                 raise ValueError(f"{weights_path}: no tensor {e.args[0]}") from None
-            if a.size != np.prod(expected[_BLOCK[t]][f"{t}_lora_a"].shape[1:]) or \
-                    b.size != np.prod(expected[_BLOCK[t]][f"{t}_lora_b"].shape[1:]):
+            if a.size != np.prod(a_shape) or b.size != np.prod(b_shape):
                 raise ValueError(f"{weights_path}: {_key(i, t, 'A')} / B of shapes {a.shape} / {b.shape} do not "
                                  f"fit the base (rank {lora.rank})")
-            a, b = _from_peft(cfg, t, a, b)
-            a_layers.append(a)
-            b_layers.append(b)
-        tree[_BLOCK[t]][f"{t}_lora_a"] = np.stack(a_layers).astype(np.float32)
-        tree[_BLOCK[t]][f"{t}_lora_b"] = np.stack(b_layers).astype(np.float32)
+            a_layers.append(a.T.reshape(a_shape))  # PEFT's lora_A [r, in] -> A [in..., r]
+            b_layers.append(b.T.reshape(b_shape))  # lora_B [out, r] -> B [r, out...]
+        tree[BLOCK_OF[t]][f"{t}_lora_a"] = np.stack(a_layers).astype(np.float32)
+        tree[BLOCK_OF[t]][f"{t}_lora_b"] = np.stack(b_layers).astype(np.float32)
     return lora, {"layers": {k: v for k, v in tree.items() if v}}

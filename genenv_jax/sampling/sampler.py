@@ -26,7 +26,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from genenv_jax.core.bucketing import length_bucket, next_power_of_two, round_up
 from genenv_jax.models import ModelConfig, param_shardings
-from genenv_jax.models.lora import delta as lora_delta_weights
+from genenv_jax.models import lora
 from genenv_jax.parallel import BATCH_AXES, MeshConfig, logical_to_spec, make_mesh
 from genenv_jax.sampling.buckets import Buckets, bucket_size
 from genenv_jax.sampling.inputs import PromptBatch, SamplerParams
@@ -140,6 +140,13 @@ class Sampler:
         dtype = cfg.jnp_param_dtype
         self._take_layer = jax.jit(lambda layers, i: jax.tree.map(lambda a: a[i].astype(dtype), layers))
 
+        def merged_layer(layers, adapter_layers, i):  # layer i of the stacked base, its adapters folded in
+            take = functools.partial(jax.tree.map, lambda a: a[i])
+            merged = lora.merge_layer(take(layers), take(adapter_layers), cfg.lora_scale)
+            return jax.tree.map(lambda a: a.astype(dtype), merged)
+
+        self._merged_layer = jax.jit(merged_layer)
+
     # ----- placement -----
     @property
     def compiled_programs(self) -> tuple[tuple, ...]:
@@ -200,31 +207,12 @@ class Sampler:
         return SamplerParams({**rest, "layers": layers}, self.cfg, self.mesh)
 
     def _prepare_merged(self, params: Any, adapters: Any) -> SamplerParams:
-        """`prepare_params` of the base with the adapters folded in, one layer at a time."""
+        """`prepare_params` of the base with the adapters folded in, one layer at a time (one
+        compiled merge program for every layer and every weight update)."""
         check_param_tree(self.cfg, params)
-        dtype, scale = self.cfg.jnp_param_dtype, self.cfg.lora_scale
-
-        def merge_layer(layers, adapter_layers, i):
-            out = {}
-            for block, leaves in layers.items():
-                if not isinstance(leaves, dict):
-                    out[block] = leaves[i].astype(dtype)
-                    continue
-                found = adapter_layers.get(block, {})
-                merged = {}
-                for name, w in leaves.items():
-                    target = name[: -len("_kernel")] if name.endswith("_kernel") else None
-                    if target is not None and f"{target}_lora_a" in found:
-                        update = lora_delta_weights(target, found[f"{target}_lora_a"][i], found[f"{target}_lora_b"][i])
-                        merged[name] = (w[i].astype(jnp.float32) + scale * update).astype(dtype)
-                    else:
-                        merged[name] = w[i].astype(dtype)
-                out[block] = merged
-            return out
-
-        take = jax.jit(merge_layer)
-        layers = tuple(jax.device_put(take(params["layers"], adapters["layers"], i), self.param_shardings["layers"][i])
-                       for i in range(self.cfg.num_layers))
+        dtype = self.cfg.jnp_param_dtype
+        layers = tuple(jax.device_put(self._merged_layer(params["layers"], adapters["layers"], i),
+                                      self.param_shardings["layers"][i]) for i in range(self.cfg.num_layers))
         rest = {k: jax.tree.map(lambda a, s: jax.device_put(jnp.asarray(a).astype(dtype), s), v,
                                 self.param_shardings[k])
                 for k, v in params.items() if k != "layers"}
