@@ -26,6 +26,7 @@ from genenv_jax.core.config_checks import (ConfigError, check_declared, check_ty
 from genenv_jax.data.model_sources import ModelSourceError, resolve_model_source
 from genenv_jax.dreamgym.settings import DreamGymSettings
 from genenv_jax.models import preset
+from genenv_jax.models.lora import LoRAConfig
 from genenv_jax.parallel import MeshConfig
 from genenv_jax.rl import OptimizerConfig
 from genenv_jax.rl.curriculum import CurriculumConfig
@@ -142,8 +143,10 @@ def _policy(tree: Mapping[str, Any], name: str, rule: str, check_source: bool = 
     loss = section(loss_class(rule), train_tree.pop("loss", {}), f"{name}.train.loss", skip=("temperature",),
                    extra={"temperature": sampling.temperature})
     train = section(TrainSettings, train_tree, f"{name}.train", skip=("loss",), extra={"loss": loss})
+    lora = section(LoRAConfig, tree.get("lora", {}), f"{name}.lora")
     settings = section(PolicySettings, tree, name, skip=("name", "rule"),
-                       extra={"name": name, "rule": rule, "sampling": sampling, "optimizer": optimizer, "train": train})
+                       extra={"name": name, "rule": rule, "sampling": sampling, "optimizer": optimizer, "train": train,
+                              "lora": lora})
     if settings.model_dir:
         settings = dataclasses.replace(settings, model_dir=_resolved_source(f"{name}.model_dir", settings.model_dir,
                                                                             fetch=check_source))
@@ -229,6 +232,9 @@ def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
     if not experience_tree.get("model_dir") and not experience_tree.get("preset"):  # "": the agent's source
         experience_tree.update({k: tree["agent"][k] for k in ("model_dir", "preset", "allow_random_init")})
     experience = _policy(experience_tree, "experience", "rwr", check_source=scalars["mode"] == "dreamgym")
+    if experience.lora.enabled:
+        raise failure("experience.lora.rank", experience.lora.rank,
+                      "the experience model trains fully (LoRA is for the agent and the simulator); must be 0")
 
     domain_tree = dict(tree["domain"])
     options = dict(domain_tree.pop("options", None) or {})  # the domain's own keys: its constructor checks them

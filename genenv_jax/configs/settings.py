@@ -15,6 +15,7 @@ from genenv_jax.core.config_checks import setting
 from genenv_jax.domains.base import SPLITS
 from genenv_jax.models import ModelConfig, preset
 from genenv_jax.models.config import ATTENTION_KERNELS, REMAT_POLICIES
+from genenv_jax.models.lora import LoRAConfig
 from genenv_jax.models.loading import model_config as source_model_config
 from genenv_jax.rl import GRPOConfig, OptimizerConfig, RWRConfig
 
@@ -81,11 +82,16 @@ class PolicySettings:
     sampling: SamplingSettings = setting(factory=SamplingSettings)
     optimizer: OptimizerConfig = setting(factory=OptimizerConfig)
     train: TrainSettings = setting(factory=TrainSettings)
+    lora: LoRAConfig = setting(factory=LoRAConfig)
 
     def model_config(self) -> ModelConfig:
-        """The training config: float32 master params, the configured compute dtype and layout."""
-        layout = dict(param_dtype="float32", dtype=self.dtype, remat_policy=self.remat_policy,
-                      scan_layers=self.scan_layers, attention=self.attention)
+        """The training config: the configured compute dtype and layout, and float32 master params
+        under full fine-tuning; with LoRA (`lora.rank` > 0) the frozen base stays in `param_dtype`
+        (it is never updated, so nothing rounds away) and the deltas take `lora.scale`."""
+        lora = self.lora.enabled
+        layout = dict(param_dtype=self.param_dtype if lora else "float32", dtype=self.dtype,
+                      remat_policy=self.remat_policy, scan_layers=self.scan_layers, attention=self.attention,
+                      lora_scale=self.lora.scale)
         if self.model_dir:
             return source_model_config(self.model_dir, **layout)
         return preset(self.preset, **layout)

@@ -123,6 +123,16 @@ def check_type(path: str, value: Any, annotation: Any) -> Any:
     """Checks (and mildly coerces: int -> float) one value against a field annotation."""
     if typing.get_origin(annotation) is typing.Literal:
         annotation = str
+    if typing.get_origin(annotation) is tuple:  # tuple[T, ...]: a list, a tuple or "a,b,c"
+        (item, *_) = typing.get_args(annotation)
+        if isinstance(value, str):
+            value = (value,)
+        if item is str and isinstance(value, (list, tuple)):  # `--config.x=a,b` arrives as ("a,b",)
+            value = [part.strip() for v in value for part in (v.split(",") if isinstance(v, str) else [v])
+                     if not isinstance(part, str) or part.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise failure(path, value, f"must be a list of {getattr(item, '__name__', item)}")
+        return tuple(check_type(f"{path}[{i}]", v, item) for i, v in enumerate(value))
     options = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) \
         else (annotation,)
     if value is None:

@@ -36,13 +36,15 @@ from genenv_jax.loop.context import LoopContext, training_seeds
 from genenv_jax.loop.experience import ExperienceWorld, default_cache_dir
 from genenv_jax.loop.heldout import HeldOut
 from genenv_jax.loop.mode import Mode
-from genenv_jax.loop.persistence import check_config_change, load_state, save_state
+from genenv_jax.loop.persistence import check_bases, check_config_change, load_state, save_state
 from genenv_jax.loop.policy import Policy, build_policy, copy_params
 from genenv_jax.loop.rollouts import rollouts
-from genenv_jax.loop.state import RECENT_SUCCESS_KEPT, LoopState, SeedStats
+from genenv_jax.loop.state import POLICIES, RECENT_SUCCESS_KEPT, LoopState, SeedStats
 from genenv_jax.loop.tasks import (CurriculumTasks, GeneratedTasks, StaticTasks, TaskGenerator, TaskSource,
                                    agent_tasks, replay_tasks)
 from genenv_jax.loop.warmstart_cache import cached_warmstart, warmstart_key
+from genenv_jax.models import param_shapes
+from genenv_jax.workdir.checkpoint_digests import tree_digest
 from genenv_jax.workdir.metrics import MetricsWriter, plot_curves, read_metrics, summary_table, truncate_metrics
 from genenv_jax.parallel import barrier, broadcast_object, check_same_on_all, is_writer, make_mesh
 from genenv_jax.configs.run_config import RunConfig
@@ -100,31 +102,59 @@ class CoEvolution:
 
     # ------------------------------------------------------------------ state
     def initial_weights(self):
-        """(agent, simulator) params as the config defines them, before any training."""
-        agent = self.agent.initial_params(self.config.init_seed)
-        if self.config.share_agent_init:
-            return agent, copy_params(agent)
-        return agent, self.simulator.initial_params(self.config.init_seed + 1)
+        """(agent, simulator) model weights as the config defines them, before any training: the
+        full params, or under LoRA the frozen bases. A LoRA base is held once when both policies
+        start from the same source (`share_agent_init`, or one model_dir) in the same dtype and layout."""
+        c, a, s = self.config, self.agent, self.simulator
+        agent = a.initial_params(c.init_seed)
+        if c.share_agent_init and not a.trains_adapters and not s.trains_adapters:
+            return agent, copy_params(agent)  # full fine-tuning trains (and donates) each copy
+        same_tree = param_shapes(a.cfg) == param_shapes(s.cfg)  # dtype and layout
+        same_source = c.share_agent_init or (bool(a.settings.model_dir) and a.settings.model_dir == s.settings.model_dir)
+        if same_source and same_tree and a.trains_adapters and s.trains_adapters:
+            return agent, agent  # one base: both policies' trained trees are adapters over it
+        return agent, s.initial_params(c.init_seed if c.share_agent_init else c.init_seed + 1)
 
     def fresh_state(self) -> LoopState:
         """Initial (optionally warm-started) weights, their references and optimizer states; epoch -1."""
-        agent, simulator = self.initial_weights()
-        if self.config.warmstart.enabled:
-            agent_rows, simulator_rows = learning.warmstart_examples(self.ctx)
-            agent, m_agent = self._warmstart(self.agent, agent, agent_rows)
-            simulator, m_sim = self._warmstart(self.simulator, simulator, simulator_rows)
-            self.warmstart_metrics |= m_agent | m_sim
-        return LoopState(epoch=-1, agent=self.agent.new_state(agent), simulator=self.simulator.new_state(simulator),
-                         warm_started=self.config.warmstart.enabled)
+        c = self.config
+        weights = dict(zip(POLICIES, self.initial_weights()))
+        policies = {"agent": self.agent, "simulator": self.simulator}
+        trained = {name: p.initial_trained(weights[name], c.init_seed + i) for i, (name, p) in enumerate(policies.items())}
+        bases = self._base_records(weights)
+        if c.warmstart.enabled:
+            rows = dict(zip(POLICIES, learning.warmstart_examples(self.ctx)))
+            for name, p in policies.items():
+                trained[name], metrics = self._warmstart(p, trained[name], rows[name], p.frozen_of(weights[name]),
+                                                         bases.get(name))
+                self.warmstart_metrics |= metrics
+        states = {name: p.new_state(trained[name], p.frozen_of(weights[name]), c.warmstart.enabled)
+                  for name, p in policies.items()}
+        return LoopState(epoch=-1, agent=states["agent"], simulator=states["simulator"],
+                         warm_started=c.warmstart.enabled, bases=bases)
 
-    def _warmstart(self, policy: Policy, params, rows) -> tuple[object, dict]:
+    def _base_records(self, weights) -> dict[str, dict]:
+        """name -> {digest, source} of each LoRA policy's frozen base (one digest per shared base)."""
+        digests: dict[int, str] = {}
+        out = {}
+        for name, policy in (("agent", self.agent), ("simulator", self.simulator)):
+            if policy.trains_adapters:
+                base = weights[name]
+                digest = digests.setdefault(id(base), tree_digest(base))
+                s = policy.settings
+                out[name] = {"digest": digest, "source": s.model_dir or f"random init of preset {s.preset}",
+                             "dtype": s.param_dtype}
+        return out
+
+    def _warmstart(self, policy: Policy, params, rows, frozen, base: dict | None) -> tuple[object, dict]:
         """SFT of one policy on its warm-start rows, or its weights from `warmstart.cache_dir`."""
         def train():
-            return learning.warmstart(self.ctx, policy, params, rows)
+            return learning.warmstart(self.ctx, policy, params, rows, frozen)
         cache_dir = self.config.warmstart.cache_dir
         if not cache_dir:
             return train()
-        key = warmstart_key(self.config.snapshot, policy.name, self.config.init_seed, rows)
+        key = warmstart_key(self.config.snapshot, policy.name, self.config.init_seed, rows,
+                            base_digest=None if base is None else base["digest"])
         return cached_warmstart(cache_dir, key, policy.name, policy.update.abstract_params(), train)
 
     def load_or_init(self) -> LoopState:
@@ -140,12 +170,20 @@ class CoEvolution:
                 (self.workdir / "metrics.jsonl").unlink(missing_ok=True)  # rows of a run that never checkpointed
             return self.fresh_state()
         logging.info("resuming after epoch %d from %s", state.epoch, self.checkpointer.directory)
+        needs_weights = (state.agent.reference is None and not self.agent.trains_adapters) or any(
+            p.trains_adapters for p in (self.agent, self.simulator))
+        if needs_weights:  # full fine-tuning references are the initial weights; LoRA bases are never saved
+            agent, simulator = self.initial_weights()
+            check_bases(self.checkpointer.directory, state, self._base_records({"agent": agent, "simulator": simulator}))
+            for name, policy, weights in (("agent", self.agent, agent), ("simulator", self.simulator, simulator)):
+                ps = state.policy(name)
+                if policy.trains_adapters:
+                    ps = ps.replace(frozen=weights)
+                elif ps.reference is None:
+                    ps = ps.replace(reference=weights)
+                setattr(state, name, ps)
         if is_writer():
             truncate_metrics(self.workdir / "metrics.jsonl", state.epoch)
-        if state.agent.reference is None:  # references are the initial weights: rebuild them
-            agent, simulator = self.initial_weights()
-            state.agent = state.agent.replace(reference=agent)
-            state.simulator = state.simulator.replace(reference=simulator)
         return state
 
     # ------------------------------------------------------------------ epoch
@@ -156,7 +194,7 @@ class CoEvolution:
         counters: collections.Counter = collections.Counter()
 
         # 1-3. Tasks: the simulator's variants of chosen seeds (or draws from the static set).
-        gens = self.task_source.tasks(epoch, state.simulator.params, state.seeds, counters)
+        gens = self.task_source.tasks(epoch, state.simulator, state.seeds, counters)
         tasks, top_ups = agent_tasks(ctx, gens, epoch, counters)
         t_gen = time.time()
 
@@ -164,7 +202,7 @@ class CoEvolution:
         replay = top_ups + replay_tasks(ctx, self.pools["d_train"], epoch)
         synthetic = self.world is not None and c.dreamgym.synthetic(epoch)  # DreamGym: the experience model answers
         envs = self.world.episodes_environments(epoch) if synthetic else self.environments
-        groups, episode_stats = rollouts(ctx, self.agent, state.agent.params, envs, tasks + replay,
+        groups, episode_stats = rollouts(ctx, self.agent, state.agent, envs, tasks + replay,
                                          [False] * len(tasks) + [True] * len(replay), epoch, counters)
         world_metrics = {} if self.world is None else self.world.observe(synthetic, groups)
         if self.mode.needs_dreamgym:
@@ -190,7 +228,7 @@ class CoEvolution:
                 ctx, self.simulator, state.simulator, gens, {t: s.r_env for t, s in by_task.items()},
                 {t: s.in_band for t, s in by_task.items()}, epoch)
         t_upd = time.time()
-        heldout = self.heldout.metrics(state.agent.params)
+        heldout = self.heldout.metrics(state.agent)
 
         # 9. Pools (committed before the checkpoint; resume rolls them back if the checkpoint is missing).
         if self.world is not None:
@@ -250,7 +288,7 @@ class CoEvolution:
         metrics = MetricsWriter(self.workdir, enabled=is_writer())
         try:
             if state.epoch == -1 and (state.warm_started or self.heldout.tasks):  # the starting point
-                metrics.write(-1, self.warmstart_metrics | self.heldout.metrics(state.agent.params))
+                metrics.write(-1, self.warmstart_metrics | self.heldout.metrics(state.agent))
             for epoch in range(state.epoch + 1, c.epochs):
                 t0 = time.time()
                 row = self.run_epoch(state, epoch)

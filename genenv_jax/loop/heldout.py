@@ -37,12 +37,13 @@ class HeldOut:
         self.ctx, self.agent, self.environments = ctx, agent, environments
         self.tasks = heldout_tasks(ctx)
 
-    def metrics(self, params) -> dict[str, float]:
-        """`heldout/accuracy` (mean reward) and `heldout/<category>`; {} when evaluation is off."""
+    def metrics(self, weights) -> dict[str, float]:
+        """`heldout/accuracy` (mean reward) and `heldout/<category>` of the agent's PolicyState (or
+        placed SamplerParams); {} when evaluation is off."""
         if not self.tasks:
             return {}
         ctx, s = self.ctx, self.agent.settings.sampling
-        placed = self.agent.sampler.prepare_params(params)
+        placed = self.agent.place(weights)
 
         def greedy(prompts, turn):
             return self.agent.sampler.generate(placed, prompts, max_new_tokens=s.max_new_tokens, temperature=0.0,

@@ -123,15 +123,17 @@ def _simulator_targets(ctx: LoopContext, seeds: Sequence[Task]) -> dict[str, str
     return targets
 
 
-def warmstart(ctx: LoopContext, policy: Policy, params, examples: Sequence[TrainRow]) -> tuple[object, dict]:
-    """Supervised warm-start of one policy on its examples; returns params and first/last loss."""
+def warmstart(ctx: LoopContext, policy: Policy, params, examples: Sequence[TrainRow],
+              frozen=None) -> tuple[object, dict]:
+    """Supervised warm-start of one policy on its examples; returns the trained tree (params, or the
+    adapters over the frozen base `frozen` under LoRA) and the first/last loss."""
     w = ctx.config.warmstart
     steps_count = w.agent_steps if policy.name == "agent" else w.simulator_steps
     stream = STREAM_WARMSTART_AGENT if policy.name == "agent" else STREAM_WARMSTART_SIMULATOR
     steps = ([examples[i] for i in picked]
              for picked in shuffled_batches(len(examples), w.batch_size, steps_count,
                                               epoch_seed(ctx.config.init_seed, 0, stream)))
-    state, history = train_steps(policy.sft_trainer(), policy.sft_state(params), steps,
+    state, history = train_steps(policy.sft_trainer(), policy.sft_state(params, frozen), steps,
                                  **batch_shape(examples, w.batch_size, policy.rows_multiple), pad_id=ctx.text.pad_id,
                                  scalar_key="rewards", desc=f"warm-start {policy.name}",
                                  show_progress=ctx.show_progress, total=steps_count)

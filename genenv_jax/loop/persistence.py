@@ -38,6 +38,21 @@ def check_config_change(checkpointer: Checkpointer, config: RunConfig) -> None:
               "or pass --config.allow_config_change=True")
 
 
+def check_bases(directory, state: LoopState, current: Mapping[str, Mapping[str, Any]]) -> None:
+    """Refuses to resume LoRA adapters over a base other than the one they were trained on: one
+    line naming both digests (`workdir.checkpoint_digests.tree_digest`)."""
+    for name, now in current.items():
+        saved = state.bases.get(name)
+        if saved is None:
+            raise ConfigError(f"resuming {directory}: the checkpoint of epoch {state.epoch} records no LoRA base for "
+                              f"the {name} (it was saved without LoRA); use another --workdir")
+        if saved["digest"] != now["digest"]:
+            raise ConfigError(
+                f"resuming {directory}: the {name}'s LoRA adapters of epoch {state.epoch} were trained on base "
+                f"{saved['digest']} ({saved['source']}, {saved['dtype']}) but config.{name} now gives base "
+                f"{now['digest']} ({now['source']}, {now['dtype']}); resume with the run's base or use another --workdir")
+
+
 def _newest_readable_config(checkpointer: Checkpointer) -> dict[str, Any] | None:
     for epoch in reversed(checkpointer.all_epochs()):
         try:

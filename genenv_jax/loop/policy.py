@@ -1,8 +1,12 @@
 """One trained LLM of the loop (agent or simulator): builds its compiled pieces and owns the
 lifecycle of its state (initial weights, abstract shapes for restore, train, warm-start SFT, sample).
 
-Training keeps float32 master params (small learning rates such as 1e-6 would round away in
-bfloat16); the sampler casts them to the policy's `param_dtype` (bfloat16 by default) when it places them.
+Full fine-tuning keeps float32 master params (small learning rates such as 1e-6 would round away
+in bfloat16); the sampler casts them to the policy's `param_dtype` (bfloat16 by default) when it
+places them. With LoRA (`lora.rank` > 0) the policy trains float32 adapters over a frozen base
+held in `param_dtype` (`PolicyState.frozen`); the sampler places the base with the adapters
+merged in, and the KL reference is the base with the adapters off (or with the warm-started
+adapters), so no reference copy of the base exists.
 """
 
 from __future__ import annotations
@@ -17,17 +21,19 @@ import numpy as np
 from jax.sharding import Mesh
 from tqdm.auto import tqdm
 
-from genenv_jax.models import ModelConfig, init_params, param_shardings
-from genenv_jax.models.loading import load_model
+from genenv_jax.models import ModelConfig
+from genenv_jax.models.loading import initial_params
+from genenv_jax.models.lora import LoRAConfig, count_params, init_adapters
 from genenv_jax.parallel import BATCH_AXES
 from genenv_jax.rl.batches import PolicyState, TrainFn, float_metrics, step_trainer
 from genenv_jax.rl.rwr import make_sft_step
 from genenv_jax.rl import (GRPOConfig, TrainStep, make_grpo_step, make_logprobs_fn,
                            make_optimizer, make_rwr_step)
 from genenv_jax.configs.run_config import PolicySettings
-from genenv_jax.sampling import SampleOutput, Sampler
+from genenv_jax.sampling import SampleOutput, Sampler, SamplerParams
 
 Params = Any
+LORA_INIT_STREAM = 0x10AA  # folded into a policy's init seed for its adapters' A (distinct from the weights' draw)
 
 
 def copy_params(params: Params) -> Params:
@@ -40,12 +46,12 @@ class Policy:
     """Compiled pieces around one model config; its arrays live in a `PolicyState` the loop holds."""
 
     settings: PolicySettings
-    cfg: ModelConfig              # training config (float32 params)
+    cfg: ModelConfig              # training config (float32 params; under LoRA the base's param_dtype)
     mesh: Mesh
     sampler: Sampler              # samples with the policy's param_dtype
     update: TrainStep             # GRPO (agent) or RWR (simulator)
     sft_step: TrainStep | None    # plain NLL (RWR with unit weights, no KL) for the warm-start
-    reference_logprobs: Callable  # jitted fn(ref_params, batch) -> [B, T]
+    reference_logprobs: Callable  # jitted fn(ref_params, batch[, adapters]) -> [B, T]
     rows_multiple: int            # batch rows must be a multiple of this (micro-batches x data devices)
     needs_reference: bool         # the loss has a KL term toward the frozen reference params
 
@@ -53,28 +59,47 @@ class Policy:
     def name(self) -> str:
         return self.settings.name
 
+    @property
+    def lora(self) -> LoRAConfig:
+        return self.settings.lora
+
+    @property
+    def trains_adapters(self) -> bool:
+        return self.settings.lora.enabled
+
     # ----- state lifecycle -----
     def initial_params(self, init_seed: int) -> Params:
-        """Float32 params on the mesh: the checkpoint `model_dir` resolved to (an HF directory or a GGUF
-        file), or a random init of the preset."""
+        """The model weights the policy starts from, in the training config's dtype (float32; the
+        frozen base's param_dtype under LoRA) on the mesh: the checkpoint `model_dir` resolved to
+        (an HF directory or a GGUF file), or a random init of the preset."""
         s = self.settings
-        if s.model_dir:
-            layout = dict(remat_policy=s.remat_policy, scan_layers=s.scan_layers)
-            _, params = load_model(s.model_dir, mesh=self.mesh, dtype="float32", **layout)
-            return params
-        if self.cfg.num_params() >= 1e8:
+        if not s.model_dir and self.cfg.num_params() >= 1e8:
             tqdm.write(f"{self.name}: initialising random {self.cfg.num_params() / 1e9:.1f}B-parameter "
                        f"weights of preset {s.preset} (allow_random_init); this takes a while on CPU")
-        init = jax.jit(init_params, static_argnums=0, out_shardings=param_shardings(self.cfg, self.mesh))
-        return init(self.cfg, jax.random.key(init_seed))
+        return initial_params(self.cfg, self.mesh, model_dir=s.model_dir, seed=init_seed)
 
-    def new_state(self, params: Params) -> PolicyState:
-        """Fresh optimizer state; the reference is a copy of `params` (the KL anchor)."""
-        return PolicyState(params=params, opt_state=self.update.init_opt_state(params),
-                           reference=copy_params(params))
+    def initial_trained(self, weights: Params, init_seed: int) -> Params:
+        """What the policy trains at the start: `weights` under full fine-tuning, fresh adapters
+        under LoRA (A uniform, B = 0: the adapted model starts exactly at its base)."""
+        if not self.trains_adapters:
+            return weights
+        init = jax.jit(lambda key: init_adapters(self.cfg, self.lora, key), out_shardings=self.update.param_shardings)
+        return init(jax.random.fold_in(jax.random.key(init_seed), LORA_INIT_STREAM))
+
+    def frozen_of(self, weights: Params) -> Params | None:
+        """The frozen base the trained tree adapts: `weights` under LoRA, None under full fine-tuning."""
+        return weights if self.trains_adapters else None
+
+    def new_state(self, params: Params, frozen: Params | None = None, warm_started: bool = False) -> PolicyState:
+        """Fresh optimizer state and the KL anchor: a copy of `params` under full fine-tuning; under
+        LoRA the base itself (reference None) or, after a warm-start, a copy of the adapters."""
+        reference = copy_params(params) if (warm_started or not self.trains_adapters) else None
+        return PolicyState(params=params, opt_state=self.update.init_opt_state(params), reference=reference,
+                           frozen=frozen)
 
     def abstract_state(self, with_reference: bool) -> PolicyState:
-        """ShapeDtypeStructs with shardings: the restore target of this policy's checkpoint items."""
+        """ShapeDtypeStructs with shardings: the restore target of this policy's checkpoint items
+        (the trained tree: the adapters under LoRA; the base is not checkpointed)."""
         params = self.update.abstract_params()
         return PolicyState(params=params, opt_state=self.update.abstract_opt_state(),
                            reference=params if with_reference else None)
@@ -84,8 +109,10 @@ class Policy:
         """One update on a host batch (reference logprobs added when the loss needs them)."""
         placed = self.update.place_batch(dict(batch))
         if self.needs_reference:
-            placed["ref_logprobs"] = self.reference_logprobs(state.reference, placed)
-        params, opt_state, metrics = self.update(state.params, state.opt_state, placed)
+            placed["ref_logprobs"] = (self.reference_logprobs(state.frozen, placed, state.reference)
+                                      if self.trains_adapters else self.reference_logprobs(state.reference, placed))
+        frozen = (state.frozen,) if self.trains_adapters else ()  # LoRA: the base is the step's 4th argument
+        params, opt_state, metrics = self.update(state.params, state.opt_state, placed, *frozen)
         return state.replace(params=params, opt_state=opt_state), float_metrics(metrics, f"{self.name} update")
 
     def sft_trainer(self) -> TrainFn:
@@ -94,18 +121,27 @@ class Policy:
             raise RuntimeError(f"{self.name}: built without a warm-start step")
         return step_trainer(self.sft_step, f"{self.name} warm-start")
 
-    def sft_state(self, params: Params) -> PolicyState:
-        return PolicyState(params=params, opt_state=self.sft_step.init_opt_state(params))
+    def sft_state(self, params: Params, frozen: Params | None = None) -> PolicyState:
+        return PolicyState(params=params, opt_state=self.sft_step.init_opt_state(params), frozen=frozen)
 
     # ----- sampling -----
-    def sample(self, params: Params, prompts: Sequence[Sequence[int]], seed: int, stop_tokens: Sequence[int],
-               progress=None) -> SampleOutput:
+    def place(self, weights: PolicyState | SamplerParams) -> SamplerParams:
+        """The sampler's copy of a policy state's model (adapters merged into the base under LoRA);
+        already placed params pass through."""
+        if isinstance(weights, SamplerParams):
+            return weights
+        if self.trains_adapters:
+            return self.sampler.prepare_params(weights.frozen, weights.params)
+        return self.sampler.prepare_params(weights.params)
+
+    def sample(self, weights: PolicyState | SamplerParams, prompts: Sequence[Sequence[int]], seed: int,
+               stop_tokens: Sequence[int], progress=None) -> SampleOutput:
         """Samples every prompt in one sampler call on `sampling.batch_size` slots (finished slots are
         refilled from the queue); results in prompt order."""
         s = self.settings.sampling
         if not prompts:
             return _empty_output(s.max_new_tokens)
-        out = self.sampler.generate(self.sampler.prepare_params(params), prompts, max_new_tokens=s.max_new_tokens,
+        out = self.sampler.generate(self.place(weights), prompts, max_new_tokens=s.max_new_tokens,
                                     temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, seed=seed,
                                     stop_tokens=stop_tokens, slots=s.batch_size)
         if progress is not None:
@@ -126,20 +162,23 @@ def build_policy(settings: PolicySettings, mesh: Mesh, sampler: Sampler, *,
     train_settings = settings.train
     loss = train_settings.loss
     opt = make_optimizer(settings.optimizer)
-    micro = train_settings.micro_batches
+    micro, lora = train_settings.micro_batches, settings.lora
     if isinstance(loss, GRPOConfig):
-        update = make_grpo_step(cfg, opt, loss, mesh=mesh, micro_batches=micro)
+        update = make_grpo_step(cfg, opt, loss, mesh=mesh, micro_batches=micro, lora=lora)
         needs_reference = loss.kl_coef > 0
     else:
-        update = make_rwr_step(cfg, opt, loss, mesh=mesh, micro_batches=micro)
+        update = make_rwr_step(cfg, opt, loss, mesh=mesh, micro_batches=micro, lora=lora)
         needs_reference = loss.needs_reference
     sft = None
     if warmstart_lr is not None:
-        sft = make_sft_step(cfg, warmstart_lr, chunk_size=loss.chunk_size, mesh=mesh, micro_batches=micro)
+        sft = make_sft_step(cfg, warmstart_lr, chunk_size=loss.chunk_size, mesh=mesh, micro_batches=micro, lora=lora)
     reference = make_logprobs_fn(cfg, mesh, chunk_size=loss.chunk_size, temperature=loss.temperature,
-                                 micro_batches=micro)
+                                 micro_batches=micro, lora=lora)
     batch_devices = math.prod(mesh.shape[a] for a in BATCH_AXES)
-    logging.info("%s: %s, %.1fM params, update rule %s", settings.name, cfg, cfg.num_params() / 1e6, settings.rule)
+    trained = (f"LoRA rank {lora.rank} on {','.join(lora.targets)}: {count_params(cfg, lora) / 1e6:.2f}M trained"
+               if lora.enabled else "full fine-tuning")
+    logging.info("%s: %s, %.1fM params, %s, update rule %s", settings.name, cfg, cfg.num_params() / 1e6, trained,
+                 settings.rule)
     return Policy(settings=settings, cfg=cfg, mesh=mesh, sampler=sampler, update=update, sft_step=sft,
                   reference_logprobs=reference, rows_multiple=micro * batch_devices,
                   needs_reference=needs_reference)

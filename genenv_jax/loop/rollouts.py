@@ -35,11 +35,12 @@ def episode_caps(ctx: LoopContext, agent: Policy) -> EpisodeCaps:
                        max_prompt_len=s.max_prompt_len)
 
 
-def rollouts(ctx: LoopContext, agent: Policy, agent_params, envs, tasks: Sequence[Task], replayed: Sequence[bool],
+def rollouts(ctx: LoopContext, agent: Policy, weights, envs, tasks: Sequence[Task], replayed: Sequence[bool],
              epoch: int, counters: collections.Counter) -> tuple[list[RolloutGroup], EpisodeStats]:
-    """Runs `rollouts_per_task` episodes per task, every turn's live episodes as one sampler batch."""
+    """Runs `rollouts_per_task` episodes per task, every turn's live episodes as one sampler batch.
+    `weights`: the agent's PolicyState (or SamplerParams already placed)."""
     n = ctx.config.rollouts_per_task
-    placed = agent.sampler.prepare_params(agent_params)  # once for every turn
+    placed = agent.place(weights)  # once for every turn
 
     def sample(prompts, turn):
         seed = ctx.seed(epoch, STREAM_ROLLOUTS) if turn == 0 else epoch_seed(ctx.config.seed, epoch,

@@ -44,24 +44,28 @@ class LoopState:
     simulator: PolicyState
     seeds: dict[str, SeedStats] = dataclasses.field(default_factory=dict)
     warm_started: bool = False
+    # LoRA policies: name -> {"digest": `workdir.checkpoint_digests.tree_digest` of the frozen base,
+    # "source": what it was built from}; a resume refuses a base with another digest.
+    bases: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     def policy(self, name: str) -> PolicyState:
         return self.agent if name == "agent" else self.simulator
 
     def checkpoint_arrays(self, with_references: bool) -> dict[str, PyTree]:
-        """Array items to save; references only when they cannot be rebuilt from the config."""
+        """Array items to save (the trained trees: adapters under LoRA, never a frozen base);
+        references only when they cannot be rebuilt from the config."""
         arrays = {}
         for name in POLICIES:
             p = self.policy(name)
             arrays[f"{name}_params"] = p.params
             arrays[f"{name}_opt_state"] = p.opt_state
-            if with_references:
+            if with_references and p.reference is not None:
                 arrays[f"{name}_reference"] = p.reference
         return arrays
 
     def checkpoint_meta(self) -> dict[str, Any]:
         return {"schema_version": STATE_SCHEMA_VERSION, "epoch": self.epoch, "warm_started": self.warm_started,
-                "seeds": {k: v.to_json() for k, v in self.seeds.items()}}
+                "seeds": {k: v.to_json() for k, v in self.seeds.items()}, "bases": dict(self.bases)}
 
     @classmethod
     def from_checkpoint(cls, epoch: int, arrays: Mapping[str, PyTree], meta: Mapping[str, Any]) -> "LoopState":
@@ -72,4 +76,4 @@ class LoopState:
                                       arrays.get(f"{name}_reference")) for name in POLICIES}
         return cls(epoch=epoch, agent=policies["agent"], simulator=policies["simulator"],
                    seeds={k: SeedStats.from_json(v) for k, v in meta["seeds"].items()},
-                   warm_started=bool(meta["warm_started"]))
+                   warm_started=bool(meta["warm_started"]), bases=dict(meta.get("bases") or {}))

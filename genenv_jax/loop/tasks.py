@@ -79,7 +79,7 @@ class TaskGenerator:
         self.ctx = ctx
         self.simulator = simulator
 
-    def generate(self, seeds: Sequence[Task], params, stats: dict[str, SeedStats], epoch: int,
+    def generate(self, seeds: Sequence[Task], weights, stats: dict[str, SeedStats], epoch: int,
                  counters: Counters) -> list[Generation]:
         ctx = self.ctx
         prompts, meta = [], []
@@ -92,7 +92,7 @@ class TaskGenerator:
             prompts.append(ids)
             meta.append((seed, direction))
         with ctx.progress(len(prompts), f"epoch {epoch}: simulator") as bar:
-            out = self.simulator.sample(params, prompts, ctx.seed(epoch, STREAM_GENERATE), ctx.text.stop_ids, bar)
+            out = self.simulator.sample(weights, prompts, ctx.seed(epoch, STREAM_GENERATE), ctx.text.stop_ids, bar)
         gens = []
         for (seed, direction), prompt, toks, lps in zip(meta, prompts, out.token_lists(), out.logprob_lists()):
             text = ctx.text.decode(toks)
@@ -104,9 +104,10 @@ class TaskGenerator:
 
 
 class TaskSource(Protocol):
-    """An epoch's new tasks (with the generations behind them, empty for drawn ones)."""
+    """An epoch's new tasks (with the generations behind them, empty for drawn ones);
+    `simulator_weights` is the simulator's PolicyState (what `Policy.sample` places)."""
 
-    def tasks(self, epoch: int, simulator_params, stats: dict[str, SeedStats],
+    def tasks(self, epoch: int, simulator_weights, stats: dict[str, SeedStats],
               counters: Counters) -> list[Generation]: ...
 
 
@@ -116,11 +117,11 @@ class GeneratedTasks:
     def __init__(self, ctx: LoopContext, generator: TaskGenerator):
         self.ctx, self.generator = ctx, generator
 
-    def tasks(self, epoch, simulator_params, stats, counters):
+    def tasks(self, epoch, simulator_weights, stats, counters):
         c = self.ctx.config
         seeds = choose_seeds(self.ctx, epoch, stats, c.seeds_per_epoch)
         seeds = [s for s in seeds for _ in range(c.variants_per_seed)]
-        return self.generator.generate(seeds, simulator_params, stats, epoch, counters)
+        return self.generator.generate(seeds, simulator_weights, stats, epoch, counters)
 
 
 class StaticTasks:
@@ -129,12 +130,12 @@ class StaticTasks:
     def __init__(self, ctx: LoopContext, generator: TaskGenerator, pool: Pool):
         self.ctx, self.generator, self.pool = ctx, generator, pool
 
-    def tasks(self, epoch, simulator_params, stats, counters):
+    def tasks(self, epoch, simulator_weights, stats, counters):
         c = self.ctx.config
         if self.pool.num_records() == 0:
             seeds = choose_seeds(self.ctx, 0, {}, c.seeds_per_epoch)
             seeds = [s for s in seeds for _ in range(c.static_variants_per_seed)]
-            gens = self.generator.generate(seeds, simulator_params, {}, 0, counters)
+            gens = self.generator.generate(seeds, simulator_weights, {}, 0, counters)
             shared_pools.append_epoch({"static_tasks": self.pool}, 0,
                                       {"static_tasks": [{"task": g.task.to_json()} for g in gens if g.task]})
         tasks = [Task.from_json(r["task"]) for r in self.pool.records()]
@@ -162,14 +163,14 @@ class CurriculumTasks:
     def __init__(self, ctx: LoopContext, generator: TaskGenerator):
         self.ctx, self.generator = ctx, generator
 
-    def tasks(self, epoch, simulator_params, stats, counters):
+    def tasks(self, epoch, simulator_weights, stats, counters):
         c = self.ctx.config
         seeds = choose_seeds(self.ctx, epoch, stats, c.seeds_per_epoch)
         cap = int(c.dreamgym.generated_task_share * len(seeds) + 1e-9) if c.dreamgym.task_generation else 0
         variance = {i: stats[s.task_id].reward_variance for i, s in enumerate(seeds)
                     if s.task_id in stats and (stats[s.task_id].reward_variance or 0.0) > 0}
         picked = sorted(variance, key=lambda i: (-variance[i], i))[:cap]
-        gens = self.generator.generate([seeds[i] for i in picked], simulator_params, stats, epoch, counters)
+        gens = self.generator.generate([seeds[i] for i in picked], simulator_weights, stats, epoch, counters)
         counters["dreamgym/generation_requests"] += len(picked)
         counters["dreamgym/generated_tasks"] += sum(1 for g in gens if g.task)
         replaced = collections.Counter(g.seed.task_id for g in gens if g.task)  # per seed id: seeds may repeat

@@ -23,10 +23,12 @@ from genenv_jax.workdir.checkpoints import Checkpointer, CheckpointError
 from genenv_jax.rl.batches import TrainRow
 
 
-def warmstart_key(snapshot: Mapping[str, Any], policy: str, init_seed: int, rows: Sequence[TrainRow]) -> str:
+def warmstart_key(snapshot: Mapping[str, Any], policy: str, init_seed: int, rows: Sequence[TrainRow],
+                  base_digest: str | None = None) -> str:
     """The digest of what `policy`'s warm-start reads: its SFT rows (token ids, masks), its own
-    config section and the agent's (a shared init starts from the agent's weights), the mesh, the
-    warm-start settings and the seed of the initial weights. Over-keying only costs a cache miss."""
+    config section (its `lora` keys too) and the agent's (a shared init starts from the agent's
+    weights), the mesh, the warm-start settings, the seed of the initial weights and, under LoRA,
+    the digest of the frozen base the adapters are trained over. Over-keying only costs a cache miss."""
     rows_digest = hashlib.sha256()
     for row in rows:
         rows_digest.update(json.dumps([list(map(int, row.prompt)), list(map(int, row.response)),
@@ -35,6 +37,8 @@ def warmstart_key(snapshot: Mapping[str, Any], policy: str, init_seed: int, rows
             "share_agent_init": dict(snapshot.get("simulator", {})).get("share_agent_init"),
             "mesh": snapshot.get("mesh"), "init_seed": init_seed, "rows": rows_digest.hexdigest(),
             "warmstart": {k: v for k, v in dict(snapshot.get("warmstart", {})).items() if k != "cache_dir"}}
+    if base_digest is not None:  # absent under full fine-tuning: its keys stay as they were
+        what["base"] = base_digest
     return json_digest(json.loads(json.dumps(what, sort_keys=True, default=str)))[:16]
 
 

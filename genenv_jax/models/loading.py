@@ -21,6 +21,29 @@ if TYPE_CHECKING:
     from genenv_jax.models.params import Params
 
 
+def initial_params(cfg: ModelConfig, mesh: "jax.sharding.Mesh | None", *, model_dir: str, seed: int) -> "Params":
+    """A policy's starting weights in `cfg.param_dtype`, on the mesh: the resolved source
+    `model_dir` (an HF directory or a GGUF file; `cfg`'s layout), or a random init of `cfg` from
+    `seed` when it is ''. A random init is drawn in float32 and then cast, so a bfloat16 LoRA base
+    is exactly the rounding of the float32 weights full fine-tuning would start from."""
+    import jax
+
+    from genenv_jax.models.params import init_params
+    from genenv_jax.models.partitioning import param_shardings
+
+    if model_dir:
+        _, params = load_model(model_dir, mesh=mesh, dtype=cfg.param_dtype, remat_policy=cfg.remat_policy,
+                               scan_layers=cfg.scan_layers)
+        return params
+    drawn = cfg.replace(param_dtype="float32")
+    dtype = cfg.jnp_param_dtype
+
+    def init(rng):
+        return jax.tree.map(lambda x: x.astype(dtype), init_params(drawn, rng))
+    out = None if mesh is None else param_shardings(cfg, mesh)
+    return jax.jit(init, out_shardings=out)(jax.random.key(seed))
+
+
 # ----------------------------------------------------------------------------------------------
 def model_config(path: str | os.PathLike, **overrides: Any) -> ModelConfig:
     """The `ModelConfig` of a resolved source: config.json of a directory, or a GGUF file's metadata."""

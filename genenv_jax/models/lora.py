@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
+from genenv_jax.core.config_checks import setting
 from genenv_jax.models.config import ModelConfig
 
 Params = Any
@@ -36,12 +37,13 @@ BLOCK_OF = {"q": "attn", "k": "attn", "v": "attn", "o": "attn", "gate": "mlp", "
 
 @dataclasses.dataclass(frozen=True)
 class LoRAConfig:
-    """rank 0: no adapters (full fine-tuning). `targets`: which projections get one."""
+    """rank 0: no adapters (full fine-tuning). `targets`: which projections get one. Declared as a
+    policy's `lora` config section (`--config.agent.lora.rank=16`)."""
 
-    rank: int = 0
-    alpha: float = 16.0
-    targets: tuple[str, ...] = TARGETS
-    dropout: float = 0.0
+    rank: int = setting(0, "LoRA rank; 0: full fine-tuning", minimum=0)
+    alpha: float = setting(16.0, "the deltas' scale is alpha / rank")
+    targets: tuple[str, ...] = setting(TARGETS, "adapted projections, a subset of q, k, v, o, gate, up, down")
+    dropout: float = setting(0.0, "dropout on the adapters' input (only 0.0: not implemented)")
 
     def __post_init__(self):
         if self.rank < 0:

@@ -20,11 +20,20 @@ PyTree = Any
 
 @flax.struct.dataclass
 class PolicyState:
-    """One policy's arrays: params, optimizer state and the frozen KL reference (None until built)."""
+    """One policy's arrays: what it trains, its optimizer state, its frozen KL reference and, under
+    LoRA, the frozen base.
+
+    Full fine-tuning: `params` are the model's weights and `reference` a frozen copy of the
+    starting weights. LoRA: `params` are the adapters, `frozen` the base (never updated, never
+    donated, shared by policies that start from one source), and `reference` the adapters the KL
+    term anchors to over that base: None for the base itself (adapters off), or a frozen copy of
+    warm-started adapters.
+    """
 
     params: PyTree
     opt_state: PyTree
     reference: PyTree | None = None
+    frozen: PyTree | None = None
 
 
 class NonFiniteLossError(RuntimeError):
@@ -108,6 +117,7 @@ def step_trainer(step: TrainStep, what: str) -> TrainFn:
     """A `TrainFn` around a step that needs no reference logprobs (SFT): the batch placed on the
     step's mesh, one step, metrics checked finite (`what` names the update in an error)."""
     def train(state: PolicyState, batch: Mapping[str, np.ndarray]) -> tuple[PolicyState, dict[str, float]]:
-        params, opt_state, metrics = step(state.params, state.opt_state, step.place_batch(dict(batch)))
+        frozen = () if state.frozen is None else (state.frozen,)  # LoRA: the base is the step's 4th argument
+        params, opt_state, metrics = step(state.params, state.opt_state, step.place_batch(dict(batch)), *frozen)
         return state.replace(params=params, opt_state=opt_state), float_metrics(metrics, what)
     return train

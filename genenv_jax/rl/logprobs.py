@@ -20,6 +20,8 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from genenv_jax.models import ModelConfig, hidden_states, param_shardings
+from genenv_jax.models.lora import LoRAConfig, with_adapters
+from genenv_jax.models.partitioning import adapter_shardings
 from genenv_jax.parallel import BATCH_AXES, batch_sharding, mesh_context, split_micro_batches
 from genenv_jax.rl.lm_head import chunked_token_stats
 
@@ -125,14 +127,17 @@ _LOGPROB_KEYS = ("tokens", "attention_mask", "positions", "loss_mask")
 
 
 def make_logprobs_fn(cfg: ModelConfig, mesh: Any = None, *, chunk_size: int = 512,
-                     temperature: float = 1.0, micro_batches: int = 1, rules: Any = None):
-    """A jitted `fn(params, batch) -> logprobs [B, T]` for frozen params (reference / old policy).
+                     temperature: float = 1.0, micro_batches: int = 1, rules: Any = None,
+                     lora: LoRAConfig | None = None):
+    """A jitted `fn(params, batch, adapters=None) -> logprobs [B, T]` for frozen params (reference /
+    old policy).
 
     `batch` holds "tokens" [B, T] and optionally "attention_mask", "positions" and "loss_mask" (only
     chunks with loss tokens get values; see `token_logprobs`). With a mesh the
     params are expected on `models.param_shardings(cfg, mesh)` and the batch rows over
     data x fsdp; the result is sharded like the batch. `micro_batches` runs the rows in that many
-    sequential slices (`lax.map`) to bound activation memory.
+    sequential slices (`lax.map`) to bound activation memory. `adapters` (LoRA, shaped by `lora`)
+    are applied over `params` when given; None is the base alone.
     """
     if micro_batches < 1:
         raise ValueError(f"micro_batches must be >= 1, got {micro_batches}")
@@ -143,9 +148,10 @@ def make_logprobs_fn(cfg: ModelConfig, mesh: Any = None, *, chunk_size: int = 51
                                      needed=rows.get("loss_mask"))
         return logprobs
 
-    def fn(params, batch):
+    def fn(params, batch, adapters=None):
         if "tokens" not in batch:
             raise KeyError(f"logprobs batch needs 'tokens'; it has {sorted(batch)}")
+        params = with_adapters(params, adapters)
         keys = [k for k in _LOGPROB_KEYS if k in batch]
         rows = {k: batch[k] for k in keys}
         size, length = rows["tokens"].shape
@@ -157,10 +163,17 @@ def make_logprobs_fn(cfg: ModelConfig, mesh: Any = None, *, chunk_size: int = 51
 
     if mesh is None:
         return jax.jit(fn)
-    jitted = jax.jit(fn, in_shardings=(param_shardings(cfg, mesh, rules), NamedSharding(mesh, P(BATCH_AXES))),
-                     out_shardings=batch_sharding(mesh, 2))
+    shardings = (param_shardings(cfg, mesh, rules), NamedSharding(mesh, P(BATCH_AXES)))
+    base_only = jax.jit(fn, in_shardings=shardings, out_shardings=batch_sharding(mesh, 2))
+    adapted = None
+    if lora is not None and lora.enabled:
+        adapted = jax.jit(fn, in_shardings=shardings + (adapter_shardings(cfg, lora, mesh, rules),),
+                          out_shardings=batch_sharding(mesh, 2))
 
-    def call(params, batch):
+    def call(params, batch, adapters=None):
+        if adapters is not None and adapted is None:
+            raise ValueError("this logprobs function was built without a LoRA config; pass lora= to apply adapters")
+        batch = {k: v for k, v in batch.items() if k in _LOGPROB_KEYS}
         with mesh_context(mesh, rules):
-            return jitted(params, {k: v for k, v in batch.items() if k in _LOGPROB_KEYS})
+            return base_only(params, batch) if adapters is None else adapted(params, batch, adapters)
     return call

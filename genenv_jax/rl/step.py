@@ -151,11 +151,11 @@ def build_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, 
     """
     if micro_batches < 1:
         raise ValueError(f"micro_batches must be >= 1, got {micro_batches}")
-    if cfg.param_dtype != "float32":
+    adapters = lora is not None and lora.enabled
+    if cfg.param_dtype != "float32" and not adapters:  # adapters are float32 whatever the base's dtype
         logging.warning("%s: params are %s; updates much smaller than the weights (small learning "
                         "rates) are rounded away. Prefer float32 master params.", rule, cfg.param_dtype)
     batch_devices = 1 if mesh is None else math.prod(mesh.shape[a] for a in BATCH_AXES)
-    adapters = lora is not None and lora.enabled
     trained = adapter_shapes(cfg, lora) if adapters else param_shapes(cfg)
     f_shardings = None
     if mesh is None:

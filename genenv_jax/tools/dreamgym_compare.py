@@ -136,9 +136,9 @@ def evaluate_on_train_games(workdir: Path, name: str, config: ConfigDict) -> dic
         final = loop.load_or_init()
         scorer = HeldOut(loop.ctx, loop.agent, loop.environments)
         scorer.tasks = list(loop.ctx.train_seeds)
-        start = loop.fresh_state().agent.params  # the warm-started weights (from the cache)
+        start = loop.fresh_state().agent  # the warm-started weights (from the cache)
         result = {"epoch": final.epoch, "start": scorer.metrics(start)["heldout/accuracy"],
-                  "final": scorer.metrics(final.agent.params)["heldout/accuracy"], "games": len(scorer.tasks)}
+                  "final": scorer.metrics(final.agent)["heldout/accuracy"], "games": len(scorer.tasks)}
     finally:
         loop.checkpointer.close()
         loop.environments.close()

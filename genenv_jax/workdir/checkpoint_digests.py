@@ -130,6 +130,13 @@ def json_digest(payload: Any) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
+def tree_digest(tree: PyTree) -> str:
+    """16 hex digits over every leaf's path, shape, dtype and content digest (`leaf_records`): the
+    identity of a whole tree, e.g. the frozen base a LoRA run's adapters were trained on. Computed
+    where the arrays live, the same for any sharding, mesh or host count."""
+    return json_digest({path: record.to_json() for path, record in leaf_records(tree).items()})[:16]
+
+
 def _abstract_leaf(leaf: Any) -> Any:
     if isinstance(leaf, jax.Array):  # keeps typed PRNG key dtypes, which Orbax's helper turns into uint32
         return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding)
