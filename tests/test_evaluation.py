@@ -192,3 +192,35 @@ def test_domain_options_read_json_values_over_the_run_defaults():
     assert got == {"data_dir": "/data/api-bank", "max_steps": 30, "levels": [1, 2], "flag": True, "keep": 1}
     with pytest.raises(SystemExit, match="expected KEY=VALUE"):
         evaluation.domain_options(["data_dir"])
+
+
+def test_cli_evaluates_peft_adapters_over_a_base_as_the_merged_model(tmp_path):
+    """`--model_dir=BASE --adapter_dir=PEFT` decodes what the merged weights decode."""
+    from genenv_jax.models import init_params, preset, save_hf
+    from genenv_jax.models.lora import LoRAConfig, init_adapters, merge
+    from genenv_jax.models.peft_io import save_peft_adapters
+    from random_params import with_random_b
+
+    lora = LoRAConfig(rank=4, alpha=8.0)
+    cfg = preset("tiny", param_dtype="float32", lora_scale=lora.scale)
+    base = init_params(cfg, jax.random.key(0))
+    adapters = with_random_b(init_adapters(cfg, lora, jax.random.key(1)), seed=2, std=0.5)
+    save_hf(cfg, base, tmp_path / "base")
+    save_hf(cfg, merge(base, adapters, lora.scale), tmp_path / "merged")
+    save_peft_adapters(tmp_path / "adapters", cfg, adapters, lora)
+    common = ["--split=test", "--max_per_category=1", "--max_new_tokens=4", "--batch_size=4",
+              "--max_prompt_tokens=800", "--no_progress", "--categories=simple_python,irrelevance"]
+    outputs = {}
+    for name, source in (("adapted", [f"--model_dir={tmp_path / 'base'}", f"--adapter_dir={tmp_path / 'adapters'}"]),
+                         ("merged", [f"--model_dir={tmp_path / 'merged'}"]),
+                         ("base", [f"--model_dir={tmp_path / 'base'}"])):
+        assert evaluation.main(source + common + [f"--out={tmp_path / name}"]) == 0
+        outputs[name] = [(it["task_id"], it["response"])
+                         for it in map(json.loads, (tmp_path / name / "items.jsonl").read_text().splitlines())]
+    assert outputs["adapted"] == outputs["merged"]
+    assert outputs["adapted"] != outputs["base"]  # the adapters change what is decoded
+    assert json.loads((tmp_path / "adapted" / "results.json").read_text())["config"]["adapter_dir"].endswith("adapters")
+    with pytest.raises(SystemExit, match="--adapter_dir needs --model_dir"):
+        evaluation.main(["--preset=tiny", f"--adapter_dir={tmp_path / 'adapters'}", f"--out={tmp_path / 'x'}"])
+    with pytest.raises(SystemExit, match="error: --adapter_dir: .*missing"):
+        evaluation.main([f"--model_dir={tmp_path / 'base'}", f"--adapter_dir={tmp_path}", f"--out={tmp_path / 'x'}"])

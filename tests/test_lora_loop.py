@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from genenv_jax.configs.run_config import ConfigError
+from genenv_jax.evaluation import load_run_agent
 from genenv_jax.loop import CoEvolution
 from genenv_jax.models import lora as lora_lib
 from genenv_jax.workdir.checkpoint_digests import tree_digest
@@ -36,6 +37,11 @@ def test_lora_policies_share_one_frozen_base_and_train_only_adapters(tmp_path):
     assert not _equal(final.agent.params, state.agent.params)  # the adapters do
     saved = loop.checkpointer.metadata(0)
     assert set(saved["saved_items"]) == {"agent_params", "agent_opt_state", "simulator_params", "simulator_opt_state"}
+
+    # The evaluator rebuilds the base, checks its digest and merges the run's adapters.
+    cfg, params, epoch = load_run_agent(tmp_path / "run")
+    assert epoch == 0 and cfg == loop.agent.cfg
+    assert _equal(params, lora_lib.merge(final.agent.frozen, final.agent.params, cfg.lora_scale))
 
 
 @pytest.mark.slow

@@ -36,7 +36,7 @@ MODES = ("genenv", "random", "static", "dreamgym")
 RANDOM_INIT_LIMIT = 100_000_000
 
 __all__ = ["ConfigError", "MODES", "PolicySettings", "RunConfig", "SamplingSettings", "TrainSettings",
-           "policy_defaults", "saved_policy_settings"]
+           "policy_defaults", "saved_init_seed", "saved_policy_settings"]
 
 
 def _tokenizer_dir(value: str) -> str | None:
@@ -128,6 +128,12 @@ def saved_policy_settings(snapshot: Mapping[str, Any], name: str) -> PolicySetti
     """A policy's settings from a run's saved config snapshot (e.g. to rebuild its model config)."""
     tree = {k: v for k, v in snapshot[name].items() if k != "share_agent_init"}
     return _policy(tree, name, POLICY_RULES[name], check_source=False)
+
+
+def saved_init_seed(snapshot: Mapping[str, Any]) -> int:
+    """The seed of a saved run's initial weights (`init_seed`, whose -1 means `seed`)."""
+    init_seed = int(snapshot.get("init_seed", -1))
+    return int(snapshot.get("seed", 0)) if init_seed == -1 else init_seed
 
 
 def _policy(tree: Mapping[str, Any], name: str, rule: str, check_source: bool = True) -> PolicySettings:

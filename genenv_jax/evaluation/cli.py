@@ -27,6 +27,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     src.add_argument("--preset", help="random-init model preset for smoke runs (e.g. 'tiny')")
     src.add_argument("--run_dir", help="a GenEnv run's workdir: evaluate its checkpointed agent")
     p.add_argument("--epoch", type=int, default=None, help="with --run_dir: which epoch (default: the latest)")
+    p.add_argument("--adapter_dir", default=None,
+                   help="with --model_dir: a PEFT LoRA adapter directory, evaluated merged into that base")
     p.add_argument("--tokenizer_dir", default=None, help="default: --model_dir's own tokenizer, else the bundled one")
     p.add_argument("--domain", default=None, help="a registered domain (default: the run's with --run_dir, else bfcl)")
     p.add_argument("--domain_option", action="append", default=[], metavar="KEY=VALUE",
@@ -49,6 +51,19 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--num_processes", type=int, default=None)
     p.add_argument("--process_id", type=int, default=None)
     return p.parse_args(argv)
+
+
+def merged_peft_adapters(cfg, params, adapter_dir: str):
+    """`params` with a PEFT LoRA directory's adapters folded in (`models.peft_io`); a directory
+    that is not one for this base exits with its one-line reason."""
+    from genenv_jax.models import lora
+    from genenv_jax.models.peft_io import load_peft_adapters
+
+    try:
+        settings, adapters = load_peft_adapters(adapter_dir, cfg)
+    except (ValueError, FileNotFoundError) as err:
+        raise SystemExit(f"error: --adapter_dir: {err}") from None
+    return lora.merge(params, adapters, settings.scale)
 
 
 def domain_options(pairs: Sequence[str], defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -80,6 +95,8 @@ def _run_domain(run_dir: str, epoch: int | None) -> tuple[str, dict[str, Any]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
+    if args.adapter_dir and not args.model_dir:
+        raise SystemExit("error: --adapter_dir needs --model_dir (the base the adapters apply to)")
     initialize_distributed(args.coordinator_address, args.num_processes, args.process_id)
     from genenv_jax.domains import get_domain
     from genenv_jax.data.model_sources import ModelSourceError, resolve_model_source
@@ -97,6 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise SystemExit(f"error: --model_dir: {err}") from None
         cfg, params = load_model(model_path, dtype=args.dtype)
         source = {"model_dir": model_path}
+        if args.adapter_dir:
+            params = merged_peft_adapters(cfg, params, args.adapter_dir)
+            source["adapter_dir"] = storage.absolute(args.adapter_dir)
     else:
         cfg = preset(args.preset)
         params = init_params(cfg, jax.random.key(args.seed))

@@ -114,15 +114,24 @@ def abstract_step_batch(rule: str, rows: int, seq: int, mesh) -> dict[str, jax.S
     return batch
 
 
+def abstract_base(step: TrainStep) -> Any:
+    """The frozen base a LoRA step takes (ShapeDtypeStructs in the base's dtype and shardings), else None."""
+    return abstract_like(param_shapes(step.cfg), step.frozen_shardings) if step.trains_adapters else None
+
+
 def compile_step(step: TrainStep, rule: str, rows: int, seq: int) -> Any:
-    """Compiles `step` for abstract params, optimizer state and a [rows, seq] batch."""
+    """Compiles `step` for abstract params (or LoRA adapters and the frozen base), optimizer state
+    and a [rows, seq] batch."""
     batch = abstract_step_batch(rule, rows, seq, step.mesh)
-    return step.lower(step.abstract_params(), step.abstract_opt_state(), batch).compile()
+    return step.lower(step.abstract_params(), step.abstract_opt_state(), batch, abstract_base(step)).compile()
 
 
-def step_state_bytes(step: TrainStep) -> tuple[int, int]:
-    """(params, optimizer state) bytes per device, in the step's dtypes and shardings."""
-    return bytes_per_device(step.abstract_params()), bytes_per_device(step.abstract_opt_state())
+def step_state_bytes(step: TrainStep) -> tuple[int, int, int]:
+    """(trained params or adapters, optimizer state, frozen base) bytes per device, in the step's
+    dtypes and shardings (base 0 under full fine-tuning)."""
+    base = abstract_base(step)
+    return (bytes_per_device(step.abstract_params()), bytes_per_device(step.abstract_opt_state()),
+            0 if base is None else bytes_per_device(base))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -204,19 +213,20 @@ class PolicyMemory:
     name: str
     rule: str
     knobs: Knobs
-    master: int          # float32 params
-    reference: int       # float32 KL anchor (0 without a KL term)
-    optimizer: int       # float32 AdamW moments (+ counters)
-    sampling_copy: int   # params in param_dtype, held during the policy's sampler calls
+    master: int          # float32 trained tree: the params, or the LoRA adapters
+    reference: int       # float32 KL anchor (0 without a KL term; LoRA: 0, or the warm-started adapters)
+    optimizer: int       # float32 AdamW moments (+ counters) of the trained tree
+    sampling_copy: int   # params in param_dtype (LoRA: merged), held during the policy's sampler calls
     step_shape: tuple[int, int]          # update batch [rows, seq]
     sampler_shape: tuple[int, int, int]  # (slots, prompt bucket, new-token bucket)
     step: ProgramMemory
     sampler: ProgramMemory
+    base: int = 0        # LoRA: the frozen base in param_dtype (an argument of the update step)
 
     @property
     def state(self) -> int:
         """What the run holds of this policy between phases."""
-        return self.master + self.reference + self.optimizer
+        return self.master + self.reference + self.optimizer + self.base
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,16 +237,24 @@ class Plan:
     agent: PolicyMemory
     simulator: PolicyMemory
     budget: int
+    shared_base: int = 0  # LoRA base bytes both policies count but the run holds once
+
+    @property
+    def held(self) -> int:
+        """Both policies' state, a shared base once: what the run holds between phases."""
+        return self.agent.state + self.simulator.state - self.shared_base
 
     def phases(self) -> list[tuple[str, int]]:
         """(phase, bytes per chip held at once): each update with the other policy's state, each
-        sampler call with both states (its args hold the sampling copy and the KV cache)."""
-        a, s = self.agent, self.simulator
-        return [("agent update: simulator state + agent reference + GRPO step peak", s.state + a.reference + a.step.peak),
+        sampler call with both states (its args hold the sampling copy and the KV cache). A shared
+        LoRA base is counted once: it is among the update step's arguments."""
+        a, s, shared = self.agent, self.simulator, self.shared_base
+        return [("agent update: simulator state + agent reference + GRPO step peak",
+                 s.state - shared + a.reference + a.step.peak),
                 ("simulator update: agent state + simulator reference + RWR step peak",
-                 a.state + s.reference + s.step.peak),
-                ("agent sampling: both states + sampler peak", a.state + s.state + a.sampler.peak),
-                ("simulator sampling: both states + sampler peak", a.state + s.state + s.sampler.peak)]
+                 a.state - shared + s.reference + s.step.peak),
+                ("agent sampling: both states + sampler peak", self.held + a.sampler.peak),
+                ("simulator sampling: both states + sampler peak", self.held + s.sampler.peak)]
 
     @property
     def peak(self) -> int:
@@ -303,13 +321,21 @@ class Measurer:
         """The run's PolicySettings of "agent" or "simulator"."""
         return getattr(self.run, name)
 
+    def shares_base(self) -> bool:
+        """Whether the loop holds one LoRA base for both policies (`CoEvolution.initial_weights`)."""
+        a, s = self.run.agent, self.run.simulator
+        same_source = self.run.share_agent_init or (bool(a.model_dir) and a.model_dir == s.model_dir)
+        return (a.lora.enabled and s.lora.enabled and same_source
+                and param_shapes(a.model_config()) == param_shapes(s.model_config()))
+
     @functools.lru_cache(maxsize=None)
     def train_step(self, name: str, mesh: tuple[int, int, int], micro_batches: int, remat_policy: str) -> TrainStep:
         """The policy's update step as `loop.policy.build_policy` makes it."""
         p = self.policy(name)
         cfg = p.model_config().replace(remat_policy=remat_policy)
         make = make_grpo_step if p.rule == "grpo" else make_rwr_step
-        return make(cfg, make_optimizer(p.optimizer), p.train.loss, mesh=self.mesh(mesh), micro_batches=micro_batches)
+        return make(cfg, make_optimizer(p.optimizer), p.train.loss, mesh=self.mesh(mesh), micro_batches=micro_batches,
+                    lora=p.lora)
 
     @functools.lru_cache(maxsize=None)
     def step(self, name: str, mesh: tuple[int, int, int], micro_batches: int, remat_policy: str,
@@ -326,9 +352,11 @@ class Measurer:
     def measure(self, name: str, mesh: tuple[int, int, int], knobs: Knobs, with_programs: bool = True) -> PolicyMemory:
         """PolicyMemory of one policy; `with_programs=False` sizes the resident arrays only (no compile)."""
         p, shards = self.policy(name), mesh[0] * mesh[1]
-        master, optimizer = step_state_bytes(self.train_step(name, mesh, knobs.micro_batches, knobs.remat_policy))
+        master, optimizer, base = step_state_bytes(self.train_step(name, mesh, knobs.micro_batches, knobs.remat_policy))
         loss = p.train.loss
         needs_reference = loss.kl_coef > 0 if p.rule == "grpo" else loss.needs_reference
+        if p.lora.enabled and not self.run.warmstart.enabled:
+            needs_reference = False  # the KL anchor is the base itself (adapters off): no copy
         sampler_cfg = p.model_config().replace(param_dtype=p.param_dtype)  # as CoEvolution builds its Sampler
         copy = bytes_per_device(abstract_like(param_shapes(sampler_cfg), param_shardings(sampler_cfg, self.mesh(mesh))))
         step_shape = update_shape(self.run, p, shards, knobs.micro_batches)
@@ -336,7 +364,7 @@ class Measurer:
         none = ProgramMemory(0, 0, 0, 0, 0)
         return PolicyMemory(
             name=name, rule=p.rule, knobs=knobs, master=master, reference=master if needs_reference else 0,
-            optimizer=optimizer, sampling_copy=copy, step_shape=step_shape, sampler_shape=s_shape,
+            optimizer=optimizer, sampling_copy=copy, step_shape=step_shape, sampler_shape=s_shape, base=base,
             step=self.step(name, mesh, knobs.micro_batches, knobs.remat_policy, step_shape) if with_programs else none,
             sampler=self.sampler(sampler_cfg, mesh, s_shape) if with_programs else none)
 
@@ -349,5 +377,6 @@ def config_knobs(policy: PolicySettings) -> Knobs:
 def build_plan(measurer: Measurer, mesh: tuple[int, int, int], agent: Knobs, simulator: Knobs, budget: int,
                with_programs: bool = True) -> Plan:
     """Both policies measured on one mesh (`with_programs=False`: resident arrays only)."""
-    return Plan(mesh, measurer.measure("agent", mesh, agent, with_programs),
-                measurer.measure("simulator", mesh, simulator, with_programs), budget)
+    a = measurer.measure("agent", mesh, agent, with_programs)
+    s = measurer.measure("simulator", mesh, simulator, with_programs)
+    return Plan(mesh, a, s, budget, shared_base=a.base if measurer.shares_base() else 0)

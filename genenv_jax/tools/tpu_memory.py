@@ -115,13 +115,14 @@ def search(measurer: Measurer, base: Plan, log: list[str]) -> Plan | None:
     then sampler settings), or None; `log` gets one line per alternative measured."""
     for mesh in mesh_options(base.mesh, len(measurer.devices)):
         plan = build_plan(measurer, mesh, base.agent.knobs, base.simulator.knobs, base.budget, with_programs=False)
-        held = plan.agent.state + plan.simulator.state
+        held = plan.held
         if held > base.budget:
             log.append(f"mesh {_mesh_text(mesh)}: the two policies' state alone is {held / GIB:.2f} GiB per chip")
             continue
         chosen: dict[str, Knobs] = {}
         for name, other in (("agent", plan.simulator), ("simulator", plan.agent)):
-            knobs = _fit_policy(measurer, name, mesh, getattr(base, name).knobs, other.state, base.budget, log)
+            knobs = _fit_policy(measurer, name, mesh, getattr(base, name).knobs, other.state - plan.shared_base,
+                                base.budget, log)
             if knobs is None:
                 break
             chosen[name] = knobs
@@ -164,7 +165,7 @@ def _fit_policy(measurer: Measurer, name: str, mesh, knobs: Knobs, other_state: 
 def bigger_slices(plan: Plan, current: Slice, headroom: float) -> list[str]:
     """The smallest slice of each generation with more HBM than `current` that could hold the two
     policies' state (an estimate: state split evenly over the chips, nothing else counted)."""
-    replica = (plan.agent.state + plan.simulator.state) * current.chips / plan.mesh[0] / GIB
+    replica = plan.held * current.chips / plan.mesh[0] / GIB
     out: dict[str, str] = {}
     for s in sorted(SLICES.values(), key=lambda s: s.chips):
         family = s.name.rsplit("-", 1)[0]
@@ -199,10 +200,12 @@ def policy_table(plan: Plan) -> str:
                 f"remat {m.knobs.remat_policy}")
 
     rows = ["| per chip, GiB | agent (GRPO) | simulator (RWR) |", "|---|---|---|",
-            row("params: float32 master", lambda m: _g(m.master)),
-            row("params: float32 reference (KL anchor)", lambda m: _g(m.reference)),
+            row("trained: float32 master params or LoRA adapters", lambda m: _g(m.master)),
+            row("float32 reference (KL anchor; LoRA: the base, no copy)", lambda m: _g(m.reference)),
             row("optimizer state (AdamW, float32)", lambda m: _g(m.optimizer)),
-            row("state held all run (sum of the three)", lambda m: _g(m.state)),
+            row("LoRA: frozen base (param_dtype)" + (", one shared" if plan.shared_base else ""),
+                lambda m: _g(m.base)),
+            row("state held all run (sum of the four)", lambda m: _g(m.state)),
             row("params: sampling copy (during its sampler calls)", lambda m: _g(m.sampling_copy)),
             row("update step: batch", step_text),
             row("update step: temp / peak", lambda m: f"{_g(m.step.temp)} / {_g(m.step.peak)}"),
