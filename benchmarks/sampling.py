@@ -172,9 +172,11 @@ def time_ours(sampler: Sampler, params, prompts: list[list[int]], new_tokens: in
     return best
 
 
-def time_lora_placement(sampler: Sampler, stacked, rank: int, seed: int, repeats: int):
+def time_lora_placement(sampler: Sampler, stacked, rank: int, seed: int, repeats: int, batch: int, cache_len: int):
     """Seconds to place the base alone and the base with rank-`rank` adapters merged in (what a
-    LoRA policy pays once per weight update before sampling); returns the merged placement."""
+    LoRA policy pays once per weight update before sampling), and one decode step on the merged
+    weights against one that applies the adapters inside the step (the alternative: no merge, a
+    low-rank matmul pair per projection per token); returns the merged placement."""
     from genenv_jax.models.lora import LoRAConfig, init_adapters
 
     lora = LoRAConfig(rank=rank, alpha=2.0 * rank)
@@ -190,7 +192,43 @@ def time_lora_placement(sampler: Sampler, stacked, rank: int, seed: int, repeats
     merged_s = _best_time(lambda: place(True), repeats)
     print(f"placement: base {base_s * 1e3:.0f} ms, base + rank-{rank} adapters merged {merged_s * 1e3:.0f} ms "
           f"(per weight update; decoding the merged weights costs what the base's does)")
-    return place(True)
+    merged = place(True)
+    base = place(False)
+    applied = _with_layer_adapters(base.tree, adapters)
+    step_ms = {name: time_decode_step(sampler.cfg, tree, batch, cache_len, repeats) * 1e3
+               for name, tree in (("merged", merged.tree), ("applied", applied), ("merged again", merged.tree))}
+    print(f"decode step, batch {batch}, cache {cache_len}: merged weights {step_ms['merged']:.1f} ms "
+          f"(again after the applied run: {step_ms['merged again']:.1f} ms), adapters applied in the step "
+          f"{step_ms['applied']:.1f} ms ({step_ms['applied'] / min(step_ms['merged'], step_ms['merged again']) - 1:+.1%})")
+    return merged
+
+
+def _with_layer_adapters(tree, adapters):
+    """A placed sampler tree (one dict per layer) with layer i's adapter slices laid beside its kernels."""
+    layers = []
+    for i, layer in enumerate(tree["layers"]):
+        found = {block: {k: v[i] for k, v in leaves.items()} for block, leaves in adapters["layers"].items()}
+        layers.append({block: {**leaves, **found.get(block, {})} for block, leaves in layer.items()})
+    return {**tree, "layers": tuple(layers)}
+
+
+def time_decode_step(cfg, tree, batch: int, cache_len: int, repeats: int) -> float:
+    """Best seconds of one jitted `models.decode.decode_step` over a [batch] row batch with a
+    `cache_len` KV cache (the per-token cost of the weights `tree` carries)."""
+    from genenv_jax.models.decode import decode_step, new_caches
+
+    caches = new_caches(cfg, (batch,), cache_len)
+    tokens = jnp.zeros((batch,), jnp.int32)
+    positions = jnp.full((batch,), cache_len // 2, jnp.int32)
+    key_mask = jnp.arange(cache_len)[None, :] <= cache_len // 2
+    key_mask = jnp.broadcast_to(key_mask, (batch, cache_len))
+    step = jax.jit(lambda t, c: decode_step(cfg, t, c, tokens, positions, jnp.int32(cache_len // 2), key_mask))
+
+    def run():
+        logits, _ = step(tree, caches)
+        jax.block_until_ready(logits)
+    run()  # compile
+    return _best_time(run, max(repeats, 5))
 
 
 def length_mix(n: int, cap: int, long_fraction: float, short: tuple[int, int], rng) -> np.ndarray:
@@ -363,7 +401,8 @@ def main(argv=None) -> None:
         stacked = init(jax.random.key(args.seed))
     params = sampler.prepare_params(stacked)
     if args.lora_rank:
-        params = time_lora_placement(sampler, stacked, args.lora_rank, args.seed, args.repeats)
+        params = time_lora_placement(sampler, stacked, args.lora_rank, args.seed, args.repeats, batches[0],
+                                     args.prompt_len + args.new_tokens)
     del stacked  # the stacked copy is dropped here
 
     rng = np.random.default_rng(args.seed)

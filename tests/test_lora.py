@@ -43,7 +43,8 @@ def test_adapter_tree_shapes_axes_and_count(model):
 
 
 @pytest.mark.parametrize("bad", [dict(rank=-1), dict(rank=4, targets=("q", "wq")), dict(rank=4, targets=()),
-                                 dict(rank=4, alpha=0.0), dict(rank=4, dropout=0.1)])
+                                 dict(rank=4, alpha=0.0), dict(rank=4, dropout=1.0),
+                                 dict(rank=4, dropout=-0.1)])
 def test_bad_settings_are_refused(bad):
     with pytest.raises(ValueError):
         LoRAConfig(**bad)

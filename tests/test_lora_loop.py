@@ -14,7 +14,8 @@ from loop_configs import toy_config
 
 pytestmark = pytest.mark.usefixtures("toy_domain")  # conftest.py registers the toy domain
 
-LORA = {"agent.lora.rank": 4, "simulator.lora.rank": 4, "agent.lora.alpha": 8.0, "simulator.lora.alpha": 8.0}
+LORA = {"agent.lora.rank": 4, "simulator.lora.rank": 4, "agent.lora.alpha": 8.0, "simulator.lora.alpha": 8.0,
+        "agent.lora.dropout": 0.05}  # the agent's steps drop adapter inputs: resume must still be bit-equal
 
 
 def _equal(a, b):
@@ -99,6 +100,7 @@ def test_lora_config_keys_are_checked_at_the_edge():
     for key, value, expected in (("agent.lora.rank", -1, "config.agent.lora.rank=-1"),
                                  ("agent.lora.targets", ("q", "w"), "config.agent.lora: LoRA targets"),
                                  ("simulator.lora.alpha", 0.0, "LoRA alpha"),
+                                 ("agent.lora.dropout", 1.0, "LoRA dropout must lie in"),
                                  ("experience.lora.rank", 4, "config.experience.lora.rank=4")):
         with pytest.raises(ConfigError, match=expected):
             toy_config(**{key: value})

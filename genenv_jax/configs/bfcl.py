@@ -4,6 +4,9 @@
 `--config.agent.model_dir` at the HF checkpoint), hyperparameters from the paper.
 `tiny`: a random tiny Qwen2 with the real Qwen tokenizer, a few short seeds, a supervised
 warm-start so it emits parseable text, 2 epochs; runs on a laptop CPU in minutes.
+`coder_lora`: the real Qwen2.5-Coder-0.5B-Instruct as agent and simulator, LoRA rank 16 over one
+shared frozen base, epochs sized for a 2-core, 24 GiB CPU machine (about ten minutes an epoch,
+docs/benchmarks.md); no warm-start: the pretrained model writes calls and tasks as it is.
 """
 
 from ml_collections import ConfigDict
@@ -44,7 +47,30 @@ TINY = {
     "checkpoint.keep": 2,
 }
 
-PRESETS = {"7b": (base.QWEN_7B,), "tiny": (TINY,)}
+# The real 0.5B model with LoRA on a CPU: 4 short simple_python seeds x 1 variant x 4 rollouts a
+# epoch, one GRPO step of 16 rows (4 micro-batches) and RWR on the in-band tasks.
+CODER_LORA_CPU = {
+    **base.CODER_LORA,
+    "epochs": 2,
+    "curriculum.k_min": 0.25,      # 4 rollouts give p_hat in {0, .25, .5, .75, 1}
+    "domain.options.categories": ("simple_python",),
+    "domain.max_seeds": 16,
+    "domain.seed_order": "shortest",
+    "seeds_per_epoch": 4,
+    "variants_per_seed": 1,
+    "rollouts_per_task": 4,
+    "agent.train.tasks_per_step": 4, "agent.train.micro_batches": 4,
+    "simulator.train.tasks_per_step": 4, "simulator.train.micro_batches": 4,
+    "agent.sampling.max_new_tokens": 128, "agent.sampling.max_prompt_len": 1024, "agent.sampling.batch_size": 16,
+    "simulator.sampling.max_new_tokens": 384, "simulator.sampling.max_prompt_len": 2048,
+    "simulator.sampling.batch_size": 4,
+    "agent.optimizer.learning_rate": 2e-5,
+    "simulator.optimizer.learning_rate": 1e-5,
+    "log.samples_per_epoch": 4,
+    "checkpoint.keep": 2,
+}
+
+PRESETS = {"7b": (base.QWEN_7B,), "tiny": (TINY,), "coder_lora": (CODER_LORA_CPU,)}
 
 
 def get_config(preset: str = "7b") -> ConfigDict:

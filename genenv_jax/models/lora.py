@@ -14,6 +14,14 @@ Shapes (L layers, D hidden, N / K heads, H head dim, F MLP width, r rank):
     gate, up: A [L, D, r], B [L, r, F]     down: A [L, F, r], B [L, r, D]
 
 Adapters are float32 whatever the base's dtype.
+
+Dropout (`LoRAConfig.dropout`, PEFT's `lora_dropout`) drops the input of each adapter's low-rank
+branch, x -> A, independently per target, in training steps only: `with_dropout` lays a per-layer
+key and the rate beside the adapters of the tree a training step differentiates, and
+`primitives.lora_input` applies them. Every other tree (sampling, reference and old logprobs,
+evaluation) carries none, so it is the adapted model without dropout. The key is a hash of the
+micro-batch's tokens, so a step is a pure function of its inputs and a resumed run repeats it bit
+for bit.
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ class LoRAConfig:
     rank: int = setting(0, "LoRA rank; 0: full fine-tuning", minimum=0)
     alpha: float = setting(16.0, "the deltas' scale is alpha / rank")
     targets: tuple[str, ...] = setting(TARGETS, "adapted projections, a subset of q, k, v, o, gate, up, down")
-    dropout: float = setting(0.0, "dropout on the adapters' input (only 0.0: not implemented)")
+    dropout: float = setting(0.0, "dropout on each adapter's input in training steps (PEFT's lora_dropout)")
 
     def __post_init__(self):
         if self.rank < 0:
@@ -53,8 +61,8 @@ class LoRAConfig:
             raise ValueError(f"LoRA targets {list(self.targets)}: expected a non-empty subset of {list(TARGETS)}")
         if not (math.isfinite(self.alpha) and self.alpha > 0):
             raise ValueError(f"LoRA alpha must be a finite number > 0, got {self.alpha}")
-        if self.dropout != 0.0:
-            raise ValueError(f"LoRA dropout {self.dropout} is not supported (only 0.0)")
+        if not (math.isfinite(self.dropout) and 0.0 <= self.dropout < 1.0):
+            raise ValueError(f"LoRA dropout must lie in [0, 1), got {self.dropout}")
 
     @property
     def enabled(self) -> bool:
@@ -139,6 +147,57 @@ def split_adapters(params: Params) -> tuple[Params, Params]:
         else:
             layers[block] = leaves
     return {**params, "layers": layers}, ({"layers": adapters} if adapters else {})
+
+
+# Leaves `with_dropout` adds to a block with adapters: raw PRNG key data [L, 2] and the rate [L].
+DROPOUT_KEY, DROPOUT_RATE = "lora_dropout_key", "lora_dropout_rate"
+DROPOUT_LEAVES = (DROPOUT_KEY, DROPOUT_RATE)
+
+
+def tokens_key(tokens: jax.Array, seed: int = 0x10AD) -> jax.Array:
+    """A PRNG key that is a hash of a token batch (dropout masks that depend only on the step's input)."""
+    flat = tokens.astype(jnp.uint32)
+    position = jax.lax.broadcasted_iota(jnp.uint32, flat.shape, flat.ndim - 1) + jnp.uint32(1)
+    row = jax.lax.broadcasted_iota(jnp.uint32, flat.shape, 0) * jnp.uint32(0x9E3779B1)
+    digest = jnp.sum((flat + jnp.uint32(0x7F4A7C15)) * (position * jnp.uint32(0x85EBCA6B) + row), dtype=jnp.uint32)
+    return jax.random.fold_in(jax.random.key(seed), digest)
+
+
+def with_dropout(params: Params, key: jax.Array, rate: float) -> Params:
+    """The tree (base with adapters) with a dropout key and rate beside every block's adapters:
+    one key per layer and block (`DROPOUT_LEAVES`); `rate` 0 returns the tree as it is."""
+    if rate == 0.0:
+        return params
+    layers = dict(params["layers"])
+    for i, (block, leaves) in enumerate(sorted(layers.items())):
+        if not isinstance(leaves, Mapping) or not any(k.endswith("_lora_a") for k in leaves):
+            continue
+        num_layers = next(iter(leaves.values())).shape[0]
+        keys = jax.random.split(jax.random.fold_in(key, i), num_layers)
+        layers[block] = {**leaves, DROPOUT_KEY: jax.random.key_data(keys),
+                         DROPOUT_RATE: jnp.full((num_layers,), rate, jnp.float32)}
+    return {**params, "layers": layers}
+
+
+def dropout_input(block: Params, target: str, x: jax.Array) -> jax.Array:
+    """x with `block`'s adapter dropout applied for `target` (its own mask), or x when the block
+    carries no dropout leaves (every tree but a training step's)."""
+    key = block.get(DROPOUT_KEY)
+    if key is None:
+        return x
+    rate = block[DROPOUT_RATE]
+    target_key = jax.random.fold_in(jax.random.wrap_key_data(key), TARGETS.index(target))
+    keep = jax.random.bernoulli(target_key, 1.0 - rate, x.shape)
+    return jnp.where(keep, x / (1.0 - rate).astype(x.dtype), jnp.zeros((), x.dtype))
+
+
+def fold_dropout_key(leaves: Params, index: jax.Array) -> Params:
+    """A block's leaves with its dropout key folded with `index` (one mask per chunk of a chunked
+    MLP); leaves without dropout are returned as they are."""
+    if DROPOUT_KEY not in leaves:
+        return leaves
+    key = jax.random.fold_in(jax.random.wrap_key_data(leaves[DROPOUT_KEY]), index)
+    return {**leaves, DROPOUT_KEY: jax.random.key_data(key)}
 
 
 def delta(target: str, a: jax.Array, b: jax.Array) -> jax.Array:

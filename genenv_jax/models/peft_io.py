@@ -97,7 +97,8 @@ def load_peft_adapters(directory: str | os.PathLike, cfg: ModelConfig) -> tuple[
     if unknown:
         raise ValueError(f"{config_path}: target_modules {unknown} are not Qwen2 projections {sorted(by_module)}")
     targets = tuple(t for t in TARGETS if _MODULE[t].split(".")[1] in modules)
-    lora = LoRAConfig(rank=int(config["r"]), alpha=float(config["lora_alpha"]), targets=targets)
+    lora = LoRAConfig(rank=int(config["r"]), alpha=float(config["lora_alpha"]), targets=targets,
+                      dropout=float(config.get("lora_dropout") or 0.0))
     tensors = load_file(str(weights_path))
     tree: dict[str, dict[str, Any]] = {"attn": {}, "mlp": {}}
     expected = adapter_shapes(cfg, lora)["layers"]

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from genenv_jax.models.attention import AttentionKernel, Mask, PaddedCausalMask, einsum_attention
+from genenv_jax.models import lora
 from genenv_jax.models.config import ModelConfig
 
 Params = Any
@@ -74,7 +75,7 @@ def lora_delta(cfg: ModelConfig, block: Params, target: str, x: jax.Array, spec_
     if a is None:
         return 0.0
     dt = cfg.jnp_dtype
-    low = jnp.einsum(spec_a, x, a.astype(dt))  # [..., r]
+    low = jnp.einsum(spec_a, lora.dropout_input(block, target, x), a.astype(dt))  # [..., r]
     return cfg.lora_scale * jnp.einsum(spec_b, low, block[f"{target}_lora_b"].astype(dt))
 
 
@@ -124,13 +125,15 @@ def attention_output(cfg: ModelConfig, attn: Params, out: jax.Array) -> jax.Arra
         adapted = flat @ kernel.reshape(-1, kernel.shape[-1])
         if "o_lora_a" in attn:
             a = attn["o_lora_a"].astype(cfg.jnp_dtype)
-            adapted = adapted + cfg.lora_scale * ((flat @ a.reshape(-1, a.shape[-1])) @ attn["o_lora_b"].astype(
+            dropped = lora.dropout_input(attn, "o", flat)
+            adapted = adapted + cfg.lora_scale * ((dropped @ a.reshape(-1, a.shape[-1])) @ attn["o_lora_b"].astype(
                 cfg.jnp_dtype))
         return adapted[:, None, :]
     y = jnp.einsum("bkgth,kghd->btd", out, kernel.reshape(kv_heads, groups, *kernel.shape[1:]))
     if "o_lora_a" in attn:
         a = attn["o_lora_a"].astype(cfg.jnp_dtype)
-        low = jnp.einsum("bkgth,kghr->btr", out, a.reshape(kv_heads, groups, *a.shape[1:]))  # [B, T, r]
+        low = jnp.einsum("bkgth,kghr->btr", lora.dropout_input(attn, "o", out),
+                         a.reshape(kv_heads, groups, *a.shape[1:]))  # [B, T, r]
         y = y + cfg.lora_scale * jnp.einsum("btr,rd->btd", low, attn["o_lora_b"].astype(cfg.jnp_dtype))
     return y
 

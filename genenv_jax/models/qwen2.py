@@ -19,7 +19,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from genenv_jax.models import attention, primitives
+from genenv_jax.models import attention, lora, primitives
 from genenv_jax.models.config import ModelConfig
 from genenv_jax.models.params import Params
 
@@ -51,13 +51,18 @@ def _sequence_chunked_mlp(cfg: ModelConfig, mlp_params: Params, x: jax.Array,
     chunk = -(-length // num_chunks)
     padded = num_chunks * chunk
     weights = {name: constrain(w.astype(cfg.jnp_dtype), ("mlp", None) if name == "down_kernel" else (None, "mlp"))
-               if name.endswith("_kernel") else w.astype(cfg.jnp_dtype)  # LoRA leaves: cast only
+               if name.endswith("_kernel") else w if name in lora.DROPOUT_LEAVES
+               else w.astype(cfg.jnp_dtype)  # LoRA leaves: cast only
                for name, w in mlp_params.items()}
     xs = jnp.pad(x, ((0, 0), (0, padded - length), (0, 0))).reshape(batch, num_chunks, chunk, hidden)
     # prevent_cse=True inside this map: measured 0.9 GiB less temporary memory than False for the
     # 7B GRPO step at 9,216 tokens (compile-only, CPU).
     run = _remat(cfg, lambda w, xc: primitives.mlp(cfg, w, xc, constrain), prevent_cse=True)
-    out = jax.lax.map(lambda xc: run(weights, xc), xs.swapaxes(0, 1))  # [n, B, chunk, D]
+    if lora.DROPOUT_KEY in weights:  # LoRA dropout in a training step: a mask per chunk
+        out = jax.lax.map(lambda ixc: run(lora.fold_dropout_key(weights, ixc[0]), ixc[1]),
+                          (jnp.arange(num_chunks), xs.swapaxes(0, 1)))  # [n, B, chunk, D]
+    else:
+        out = jax.lax.map(lambda xc: run(weights, xc), xs.swapaxes(0, 1))  # [n, B, chunk, D]
     return out.swapaxes(0, 1).reshape(batch, padded, hidden)[:, :length]
 
 

@@ -8,7 +8,9 @@ state, and gradient accumulation over micro-batches with `lax.scan`.
 With `lora` (rank > 0) the trained tree is the LoRA adapters and the base is a frozen argument:
 `step(adapters, opt_state, batch, base)`. The loss sees `with_adapters(base, adapters)`, the
 gradient is taken with respect to the adapters alone (the base's is never formed), the optimizer
-state exists for the adapters only, and the base is neither donated nor returned.
+state exists for the adapters only, and the base is neither donated nor returned. With
+`lora.dropout` the loss's forward drops each adapter's input (masks keyed by the micro-batch's
+tokens, so the step stays a pure function of its inputs).
 
 Precision: gradients are accumulated in float32 and the optimizer state is float32. The update is
 added to the params in float32 and cast back to the params' dtype. Keep float32 master params
@@ -30,7 +32,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from genenv_jax.models import ModelConfig, param_shapes, param_shardings, shard_params
-from genenv_jax.models.lora import LoRAConfig, adapter_shapes, with_adapters
+from genenv_jax.models.lora import LoRAConfig, adapter_shapes, tokens_key, with_adapters, with_dropout
 from genenv_jax.models.partitioning import adapter_shardings
 from genenv_jax.parallel import BATCH_AXES, abstract_like, mesh_context, shard_batch, split_micro_batches
 from genenv_jax.rl.optim import current_learning_rate, init_opt_state, opt_state_shardings, to_float32
@@ -170,7 +172,10 @@ def build_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, 
 
     if adapters:
         def trained_loss(params, micro_batch, norms, frozen):  # params: the adapters; frozen: the base
-            return loss_fn(with_adapters(frozen, params), micro_batch, norms)
+            model = with_adapters(frozen, params)
+            if lora.dropout:  # masks keyed by the micro-batch's tokens (models/lora.py)
+                model = with_dropout(model, tokens_key(micro_batch["tokens"]), lora.dropout)
+            return loss_fn(model, micro_batch, norms)
     else:
         def trained_loss(params, micro_batch, norms, frozen):
             return loss_fn(params, micro_batch, norms)

@@ -2,7 +2,8 @@
 --slice=v5p-8 [--config.x=y ...] [--hbm_gib=G] [--headroom=0.1] [--nosearch]`.
 
 For the agent and the simulator: params (float32 master, the float32 reference the KL term reads,
-the sampling copy in `param_dtype`), optimizer state, the GRPO / RWR update step and the sampler
+the sampling copy in `param_dtype`; with `lora.rank` > 0 the float32 adapters and the frozen base
+in `param_dtype`, held once when both policies share it, which is also the KL reference), optimizer state, the GRPO / RWR update step and the sampler
 call (refill and decode programs), compiled only (`genenv_jax.tools.memory_plan`) for the config's mesh,
 micro-batches, remat policy and attention kernel on as many virtual CPU devices as the slice has
 chips, at the largest shapes the config allows. A run holds both policies' state at all times, so
