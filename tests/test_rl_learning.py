@@ -5,6 +5,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from genenv_jax import rl
 from genenv_jax.models import forward, preset
@@ -43,7 +44,7 @@ def make_sampler(cfg):
     return sample
 
 
-def _grpo_copy_history(cfg, step, trained, frozen, steps: int = 200):
+def _grpo_copy_history(cfg, step, trained, frozen, steps: int = 200, normalize_by_std: bool = True):
     """Rewards per GRPO step on the copy task, and the last step's metrics. `trained` is what the
     step updates: the params (full fine-tuning, `frozen` None) or LoRA adapters over `frozen`."""
     def model(trained):  # the params the policy samples with
@@ -68,7 +69,7 @@ def _grpo_copy_history(cfg, step, trained, frozen, steps: int = 200):
         rewards = (tokens[:, 3] == prompts[:, 1]).astype(np.float32)
         batch = {"tokens": tokens, "attention_mask": np.ones_like(tokens), "loss_mask": loss_mask,
                  "old_logprobs": np.asarray(old_logprobs),
-                 "advantages": np.asarray(rl.grpo_advantages(rewards, rollouts))}
+                 "advantages": np.asarray(rl.grpo_advantages(rewards, rollouts, normalize_by_std=normalize_by_std))}
         batch["ref_logprobs"] = np.asarray(ref_logprobs_fn(reference, batch))
         args = () if frozen is None else (frozen,)
         trained, opt_state, metrics = step(trained, opt_state, batch, *args)
@@ -92,6 +93,28 @@ def test_grpo_learns_to_copy_a_digit():
     assert start < 0.15, f"initial reward {start} should be near chance (1/16)"
     assert end > 0.9, f"reward after 200 GRPO steps is {end}; history {np.round(history[::20], 2)}"
     assert float(metrics["kl"]) > 0  # the policy moved away from the reference
+
+
+# The loss variants users compare (docs/rl.md, "Policy-gradient variants"), each on the copy task
+# with GRPO's step budget and learning rate.
+VARIANTS = {
+    "dual_clip": dict(dual_clip=3.0),
+    "dr_grpo": dict(aggregation="seq_mean_token_sum_norm", norm_tokens=1, normalize_by_std=False),
+    "gspo": dict(importance_sampling_level="sequence", aggregation="seq_mean_token_mean"),
+    "gspo_token": dict(importance_sampling_level="sequence_token", aggregation="seq_mean_token_mean"),
+}
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_every_loss_variant_learns_to_copy_a_digit(name):
+    cfg = preset("micro", vocab_size=16)
+    loss = rl.GRPOConfig(kl_coef=1e-3, entropy_coef=0.0, **VARIANTS[name])
+    optimizer = rl.make_optimizer(rl.OptimizerConfig(learning_rate=3e-3, weight_decay=0.0))
+    step = rl.make_grpo_step(cfg, optimizer, loss)
+    history, metrics = _grpo_copy_history(cfg, step, random_params(cfg, 0), None,
+                                          normalize_by_std=loss.normalize_by_std)
+    start, end = np.mean(history[:5]), np.mean(history[-10:])
+    assert start < 0.15 and end > 0.9, f"{name}: reward {start} -> {end}; history {np.round(history[::20], 2)}"
 
 
 LORA_LEARNING_RATE, LORA_STEPS = 3e-3, 200

@@ -148,6 +148,8 @@ def _policy(tree: Mapping[str, Any], name: str, rule: str, check_source: bool = 
     train_tree = dict(tree.get("train", {}))
     loss = section(loss_class(rule), train_tree.pop("loss", {}), f"{name}.train.loss", skip=("temperature",),
                    extra={"temperature": sampling.temperature})
+    if getattr(loss, "norm_tokens", None) == 0:  # Dr. GRPO's constant L: the longest reply the policy samples
+        loss = dataclasses.replace(loss, norm_tokens=sampling.max_new_tokens)
     train = section(TrainSettings, train_tree, f"{name}.train", skip=("loss",), extra={"loss": loss})
     lora = section(LoRAConfig, tree.get("lora", {}), f"{name}.lora")
     settings = section(PolicySettings, tree, name, skip=("name", "rule"),

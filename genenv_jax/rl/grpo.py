@@ -21,8 +21,14 @@ from genenv_jax.core.config_checks import check_choice
 from genenv_jax.models import ModelConfig
 from genenv_jax.models.lora import LoRAConfig
 from genenv_jax.rl.logprobs import token_logprobs
-from genenv_jax.rl.losses import AGGREGATIONS, KL_ESTIMATORS, aggregate, kl_penalty, normalizer, token_count
+from genenv_jax.rl.losses import (AGGREGATIONS, KL_ESTIMATORS, SUM_NORM, aggregate, kl_penalty, normalizer,
+                                  token_count)
 from genenv_jax.rl.step import TrainStep, build_train_step
+
+# Where the importance ratio lives: per token (PPO / GRPO), per sequence (GSPO: the length-normalised
+# log-ratio of the whole response), or GSPO-token (the sequence ratio's value, each token's gradient).
+RATIO_LEVELS = ("token", "sequence", "sequence_token")
+GSPO_LOG_RATIO_CAP = 10.0  # GSPO-token's log-ratio cap (veRL's clamp before exp)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,8 +38,15 @@ class GRPOConfig:
     clip_low / clip_high: the ratio is clipped to [1 - clip_low, 1 + clip_high].
     kl_coef, kl_estimator ("k1" | "k2" | "k3"), kl_clamp: KL-to-reference loss term.
     entropy_coef: weight of the entropy bonus (subtracted from the loss).
-    aggregation: "token_mean" (all response tokens of the batch weigh the same) or
-      "seq_mean_token_mean" (each sequence's token mean, averaged over sequences).
+    aggregation: "token_mean" (all response tokens of the batch weigh the same),
+      "seq_mean_token_mean" (each sequence's token mean, averaged over sequences) or
+      "seq_mean_token_sum_norm" (Dr. GRPO: each sequence's token sum / `norm_tokens`, averaged).
+    norm_tokens: Dr. GRPO's constant length L (the run config sets 0 to the policy's max_new_tokens).
+    dual_clip: veRL's clip_ratio_c (dual-clip PPO): for A < 0 a token's loss is at most
+      dual_clip * |A|, however large its ratio; None: off.
+    importance_sampling_level: "token" (PPO's per-token ratio), "sequence" (GSPO's sequence
+      ratio exp(mean_t log r_t), clipped per sequence) or "sequence_token" (GSPO-token); both
+      GSPO levels aggregate per sequence (aggregation "seq_mean_token_mean").
     temperature: the sampling temperature; logits are divided by it, as the sampler did.
     chunk_size: sequence chunk of the LM head (bounds the float32 [B, chunk, V] logits).
     adv_eps, std_ddof, normalize_by_std: advantages (r - mean) / (std + adv_eps) per group.
@@ -51,9 +64,21 @@ class GRPOConfig:
     adv_eps: float = 1e-6
     std_ddof: int = 1
     normalize_by_std: bool = True
+    norm_tokens: int = 0
+    dual_clip: float | None = None
+    importance_sampling_level: str = "token"
 
     def __post_init__(self):
-        check_choice("GRPOConfig.aggregation", self.aggregation, AGGREGATIONS)
+        check_choice("GRPOConfig.aggregation", self.aggregation, AGGREGATIONS + (SUM_NORM,))
+        check_choice("GRPOConfig.importance_sampling_level", self.importance_sampling_level, RATIO_LEVELS)
+        if self.importance_sampling_level != "token" and self.aggregation != "seq_mean_token_mean":
+            raise ValueError(f"GRPOConfig.importance_sampling_level={self.importance_sampling_level!r} (GSPO) "
+                             "aggregates per sequence: set aggregation='seq_mean_token_mean'")
+        if self.dual_clip is not None and not self.dual_clip > 1.0:
+            raise ValueError(f"GRPOConfig.dual_clip must be > 1 (veRL's clip_ratio_c, 3 there) or None, "
+                             f"got {self.dual_clip}")
+        if self.norm_tokens < 0:
+            raise ValueError(f"GRPOConfig.norm_tokens must be >= 0, got {self.norm_tokens}")
         check_choice("GRPOConfig.kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         if self.clip_low < 0 or self.clip_high < 0:
             raise ValueError(f"GRPOConfig clip ranges must be >= 0, got {self.clip_low}, {self.clip_high}")
@@ -102,18 +127,27 @@ def grpo_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Arra
     """
     mask = loss_mask.astype(jnp.float32)
     mode = config.aggregation
-    norm = normalizer(mask, mode) if norm is None else norm
+    norm = normalizer(mask, mode, config.norm_tokens) if norm is None else norm
     num_tokens = token_count(mask) if num_tokens is None else num_tokens
+    if config.importance_sampling_level == "sequence" and advantages.ndim != 1:
+        raise ValueError("GSPO's sequence-level ratio needs one advantage per sequence ([B]); "
+                         "use importance_sampling_level='sequence_token' for per-token advantages")
     adv = advantages[:, None] if advantages.ndim == 1 else advantages  # [B, 1] or [B, T]
 
-    ratio = jnp.exp(logprobs - old_logprobs)  # [B, T]
+    ratio = importance_ratio(logprobs, old_logprobs, mask, config.importance_sampling_level)  # [B, T]
     unclipped = -adv * ratio
     clipped = -adv * jnp.clip(ratio, 1.0 - config.clip_low, 1.0 + config.clip_high)
     pg_per_token = jnp.maximum(unclipped, clipped)
+    metrics = {}
+    if config.dual_clip is not None:  # A < 0: the loss is capped at dual_clip * |A|
+        cap = -adv * config.dual_clip
+        capped = (adv < 0) & (pg_per_token > cap)
+        metrics["clip_frac_lower"] = jnp.sum(capped * mask) / jnp.maximum(num_tokens, 1.0)
+        pg_per_token = jnp.where(adv < 0, jnp.minimum(pg_per_token, cap), pg_per_token)
     pg_loss = aggregate(pg_per_token, mask, mode, norm)
     clip_frac = jnp.sum((clipped > unclipped) * mask) / jnp.maximum(num_tokens, 1.0)
     loss = pg_loss
-    metrics = {"pg_loss": pg_loss, "clip_frac": clip_frac, "tokens": token_count(mask)}
+    metrics |= {"pg_loss": pg_loss, "clip_frac": clip_frac, "tokens": token_count(mask)}
 
     if config.kl_coef > 0:
         if ref_logprobs is None:
@@ -130,6 +164,21 @@ def grpo_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Arra
         raise ValueError(f"GRPO entropy_coef={config.entropy_coef} needs per-token entropy")
     metrics["loss"] = loss
     return loss, metrics
+
+
+def importance_ratio(logprobs: jax.Array, old_logprobs: jax.Array, mask: jax.Array, level: str) -> jax.Array:
+    """[B, T] importance ratios at `level` (RATIO_LEVELS). GSPO's sequence ratio is
+    s_i = exp(sum_t m_t (log p_t - log p_old_t) / sum_t m_t); GSPO-token's takes its value with each
+    token's own gradient, exp(sg[log s_i] + log p_t - sg[log p_t]), log capped at 10 (veRL)."""
+    log_ratio = logprobs - old_logprobs
+    if level == "token":
+        return jnp.exp(log_ratio)
+    lengths = jnp.maximum(jnp.sum(mask, axis=-1, keepdims=True), 1.0)
+    sequence = jnp.sum(log_ratio * mask, axis=-1, keepdims=True) / lengths  # [B, 1]
+    if level == "sequence":
+        return jnp.broadcast_to(jnp.exp(sequence), log_ratio.shape)
+    per_token = jax.lax.stop_gradient(sequence) + logprobs - jax.lax.stop_gradient(logprobs)
+    return jnp.exp(jnp.minimum(per_token, GSPO_LOG_RATIO_CAP))
 
 
 def grpo_micro_batch_loss(cfg: ModelConfig, config: GRPOConfig, params: Any, batch: dict[str, jax.Array],
@@ -162,7 +211,7 @@ def make_grpo_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, co
 
     def prepare(batch):
         mask = batch["loss_mask"]
-        norms = {"norm": normalizer(mask, config.aggregation), "tokens": token_count(mask)}
+        norms = {"norm": normalizer(mask, config.aggregation, config.norm_tokens), "tokens": token_count(mask)}
         return batch, norms, {}
 
     def loss_fn(params, micro_batch, norms):

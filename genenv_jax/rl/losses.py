@@ -12,6 +12,8 @@ import jax.numpy as jnp
 from genenv_jax.core.config_checks import check_choice
 
 AGGREGATIONS = ("token_mean", "seq_mean_token_mean")
+# Dr. GRPO's: each sequence's token sum over a constant length L (`norm_tokens`), averaged over sequences.
+SUM_NORM = "seq_mean_token_sum_norm"
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
 # exp() argument bound for the k3 estimator (keeps a huge log-ratio from overflowing to inf).
@@ -28,8 +30,13 @@ def sequence_count(mask: jax.Array) -> jax.Array:
     return jnp.sum((jnp.sum(mask, axis=-1) > 0).astype(jnp.float32))
 
 
-def normalizer(mask: jax.Array, mode: str) -> jax.Array:
-    """The denominator `aggregate` uses in `mode`, computed over `mask` [B, T]."""
+def normalizer(mask: jax.Array, mode: str, norm_tokens: int | None = None) -> jax.Array:
+    """The denominator `aggregate` uses in `mode`, computed over `mask` [B, T]: the token count,
+    the sequence count, or (SUM_NORM) the sequence count x the constant `norm_tokens`."""
+    if mode == SUM_NORM:
+        if not norm_tokens:
+            raise ValueError(f"aggregation {SUM_NORM} needs norm_tokens (the constant length L), got {norm_tokens}")
+        return sequence_count(mask) * float(norm_tokens)
     check_choice("aggregation", mode, AGGREGATIONS)
     return token_count(mask) if mode == "token_mean" else sequence_count(mask)
 
@@ -40,12 +47,14 @@ def aggregate(values: jax.Array, mask: jax.Array, mode: str, norm: jax.Array | N
     token_mean: sum over all masked tokens / `norm` (default: their count).
     seq_mean_token_mean: each row's token mean, summed over rows / `norm` (default: rows with
       at least one token; empty rows contribute 0).
+    seq_mean_token_sum_norm (Dr. GRPO): the sum over all masked tokens / `norm` (rows x L; pass it).
     A zero normaliser (no tokens at all) gives 0, not NaN.
     """
-    check_choice("aggregation", mode, AGGREGATIONS)
+    if mode != SUM_NORM:
+        check_choice("aggregation", mode, AGGREGATIONS)
     mask = mask.astype(jnp.float32)
     norm = normalizer(mask, mode) if norm is None else norm
-    if mode == "token_mean":
+    if mode in ("token_mean", SUM_NORM):
         total = jnp.sum(values * mask)
     else:
         per_row = jnp.sum(values * mask, axis=-1) / jnp.maximum(jnp.sum(mask, axis=-1), 1.0)  # [B]
