@@ -192,3 +192,42 @@ def test_a_dreamgym_plan_says_the_experience_model_is_not_counted():
     c.mode = "dreamgym"
     note = plan.unplanned_note(plan.load_run_config(c, 8))
     assert note.startswith("NOTE mode=dreamgym") and "config.experience: qwen2.5-7b" in note
+
+
+def test_a_lora_plan_counts_adapters_their_moments_and_one_shared_base():
+    """Resident arrays of the 7B preset with rank-16 LoRA on both policies (no compile), and one
+    compiled micro-model LoRA plan whose phases count the shared base once."""
+    from genenv_jax.models import lora
+
+    c = bfcl.get_config("7b")
+    for p in (c.agent, c.simulator):
+        p.lora.rank = 16
+    run = plan.load_run_config(c, 4)
+    measurer = Measurer(run, 4)
+    m = measurer.measure("agent", (1, 4, 1), plan.config_knobs(run.agent), with_programs=False)
+    cfg = preset("qwen2.5-7b")
+    adapters = lora.count_params(cfg, run.agent.lora)
+    assert 4 * adapters / 4 <= m.master <= 4 * adapters       # float32 adapters, partly sharded over 4 chips
+    assert m.optimizer == pytest.approx(2 * m.master, rel=0.01)  # AdamW moments of the adapters only
+    assert m.reference == 0                                      # the base is the KL anchor
+    assert m.base == pytest.approx(2 * cfg.num_params() / 4, rel=0.01)  # bfloat16 base, fsdp 4
+    assert measurer.shares_base()
+    both = plan.build_plan(measurer, (1, 4, 1), plan.config_knobs(run.agent), plan.config_knobs(run.simulator),
+                           budget=0, with_programs=False)
+    assert both.shared_base == m.base and both.held == 2 * m.state - m.base
+
+    micro = micro_config()
+    for p in (micro.agent, micro.simulator):
+        p.lora.rank = 4
+    run = plan.load_run_config(micro, SMALL.chips)
+    lines: list[str] = []
+    result = plan.report(run, "micro-lora", SMALL, measurer=Measurer(run, SMALL.chips), out=lines.append)
+    text = "\n".join(lines)
+    assert "| LoRA: frozen base (param_dtype), one shared |" in text and result.fits
+    phases = dict(result.phases())
+    a, s = result.agent, result.simulator
+    assert phases["agent update: simulator state + agent reference + GRPO step peak"] == \
+        s.state - result.shared_base + a.reference + a.step.peak
+    assert a.reference == a.master  # bfcl:tiny warm-starts: the KL anchor is a copy of the warm-started adapters
+    assert phases["agent sampling: both states + sampler peak"] == a.state + s.state - a.base + a.sampler.peak
+    assert a.step.args >= a.master + a.optimizer + a.base  # the base is an argument of the LoRA step
