@@ -25,7 +25,7 @@ from genenv_jax.core.config_checks import (ConfigError, check_declared, check_ty
                                            to_dict)
 from genenv_jax.data.model_sources import ModelSourceError, resolve_model_source
 from genenv_jax.dreamgym.settings import DreamGymSettings
-from genenv_jax.models import preset
+from genenv_jax.models import param_shapes, preset
 from genenv_jax.models.lora import LoRAConfig
 from genenv_jax.parallel import MeshConfig
 from genenv_jax.rl import OptimizerConfig
@@ -97,6 +97,15 @@ class RunConfig:
 
     def default_workdir(self) -> str:
         return f"runs/{self.domain.name}-{self.preset_name}"
+
+    def shares_lora_base(self) -> bool:
+        """Whether the agent and the simulator adapt one frozen base: both train LoRA adapters, start
+        from the same source (`share_agent_init`, or one model_dir) and have the same param tree
+        (dtype and layout). The loop then holds the base once; the memory plan counts it once."""
+        a, s = self.agent, self.simulator
+        same_source = self.share_agent_init or (bool(a.model_dir) and a.model_dir == s.model_dir)
+        return (a.lora.enabled and s.lora.enabled and same_source
+                and param_shapes(a.model_config()) == param_shapes(s.model_config()))
 
 
 # The top-level keys that hold one value (the rest are sections or derived).

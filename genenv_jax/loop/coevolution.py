@@ -43,7 +43,6 @@ from genenv_jax.loop.state import POLICIES, RECENT_SUCCESS_KEPT, LoopState, Seed
 from genenv_jax.loop.tasks import (CurriculumTasks, GeneratedTasks, StaticTasks, TaskGenerator, TaskSource,
                                    agent_tasks, replay_tasks)
 from genenv_jax.loop.warmstart_cache import cached_warmstart, warmstart_key
-from genenv_jax.models import param_shapes
 from genenv_jax.workdir.checkpoint_digests import tree_digest
 from genenv_jax.workdir.metrics import MetricsWriter, plot_curves, read_metrics, summary_table, truncate_metrics
 from genenv_jax.parallel import barrier, broadcast_object, check_same_on_all, is_writer, make_mesh
@@ -109,9 +108,7 @@ class CoEvolution:
         agent = a.initial_params(c.init_seed)
         if c.share_agent_init and not a.trains_adapters and not s.trains_adapters:
             return agent, copy_params(agent)  # full fine-tuning trains (and donates) each copy
-        same_tree = param_shapes(a.cfg) == param_shapes(s.cfg)  # dtype and layout
-        same_source = c.share_agent_init or (bool(a.settings.model_dir) and a.settings.model_dir == s.settings.model_dir)
-        if same_source and same_tree and a.trains_adapters and s.trains_adapters:
+        if c.shares_lora_base():
             return agent, agent  # one base: both policies' trained trees are adapters over it
         return agent, s.initial_params(c.init_seed if c.share_agent_init else c.init_seed + 1)
 
@@ -170,9 +167,7 @@ class CoEvolution:
                 (self.workdir / "metrics.jsonl").unlink(missing_ok=True)  # rows of a run that never checkpointed
             return self.fresh_state()
         logging.info("resuming after epoch %d from %s", state.epoch, self.checkpointer.directory)
-        needs_weights = (state.agent.reference is None and not self.agent.trains_adapters) or any(
-            p.trains_adapters for p in (self.agent, self.simulator))
-        if needs_weights:  # full fine-tuning references are the initial weights; LoRA bases are never saved
+        if state.agent.reference is None or any(p.trains_adapters for p in (self.agent, self.simulator)):  # full fine-tuning references are the initial weights; LoRA bases are never saved
             agent, simulator = self.initial_weights()
             check_bases(self.checkpointer.directory, state, self._base_records({"agent": agent, "simulator": simulator}))
             for name, policy, weights in (("agent", self.agent, agent), ("simulator", self.simulator, simulator)):

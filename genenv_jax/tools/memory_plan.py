@@ -322,11 +322,8 @@ class Measurer:
         return getattr(self.run, name)
 
     def shares_base(self) -> bool:
-        """Whether the loop holds one LoRA base for both policies (`CoEvolution.initial_weights`)."""
-        a, s = self.run.agent, self.run.simulator
-        same_source = self.run.share_agent_init or (bool(a.model_dir) and a.model_dir == s.model_dir)
-        return (a.lora.enabled and s.lora.enabled and same_source
-                and param_shapes(a.model_config()) == param_shapes(s.model_config()))
+        """Whether the loop holds one LoRA base for both policies (`RunConfig.shares_lora_base`)."""
+        return self.run.shares_lora_base()
 
     @functools.lru_cache(maxsize=None)
     def train_step(self, name: str, mesh: tuple[int, int, int], micro_batches: int, remat_policy: str) -> TrainStep:
