@@ -39,16 +39,22 @@ SHARED_OVERRIDES = ["--config.epochs=1", "--config.mode=random",
                     "--config.log.progress_bars=False"]
 
 
-@pytest.mark.parametrize("name", sorted(BENCHMARKS))
-def test_tiny_preset_runs_the_loop_from_the_command_line(name, tmp_path):
+def _run_tiny(name, tmp_path, overrides):
+    """`genenv_jax.main` on a benchmark's tiny preset with the shared overrides; its metric rows."""
     workdir = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | {"JAX_PLATFORMS": "cpu",
                                                                         "GENENV_CACHE": str(tmp_path / "cache")}
     command = [sys.executable, "-m", "genenv_jax.main", f"--config=configs/{name}.py:tiny", f"--workdir={workdir}",
-               *SHARED_OVERRIDES, *BENCHMARKS[name]]
+               *SHARED_OVERRIDES, *overrides]
     out = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, cwd=REPO)
     assert out.returncode == 0, out.stderr[-3000:]
-    rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+def test_tiny_preset_runs_the_loop_from_the_command_line(name, tmp_path):
+    workdir = tmp_path / "run"
+    rows = _run_tiny(name, tmp_path, BENCHMARKS[name])
     assert [r["epoch"] for r in rows if r["epoch"] >= 0] == [0]   # (-1: held-out before training, if configured)
     row = rows[-1]
     # Every simulator generation is either a task or a rejection with a counted reason.
@@ -56,3 +62,21 @@ def test_tiny_preset_runs_the_loop_from_the_command_line(name, tmp_path):
     assert row["replayed_tasks"] == 1 and row["agent/steps"] == 1 and "agent/loss" in row
     assert row["episodes/turns_mean"] >= 1
     assert (workdir / "checkpoints" / "0").is_dir() and (workdir / "summary.md").is_file()
+
+
+def _alfworld_installed() -> bool:
+    import importlib.util
+    return all(importlib.util.find_spec(m) is not None for m in ("alfworld", "fast_downward"))
+
+
+# GiGPO on the multi-turn benchmarks' tiny presets: per-turn anchor states and token spans from real
+# episodes (BFCL's GorillaFileSystem backend; ALFWorld's engine), advantages per token, a GRPO step.
+@pytest.mark.parametrize("name", [
+    "bfcl_multiturn",
+    pytest.param("alfworld", marks=[pytest.mark.full, pytest.mark.skipif(
+        not _alfworld_installed(), reason="needs the optional ALFWorld extra: make alfworld")]),
+])
+def test_multi_turn_tiny_presets_train_with_gigpo(name, tmp_path):
+    row = _run_tiny(name, tmp_path, ["--config.evaluation.split=", "--config.agent.train.loss.advantage=gigpo"])[-1]
+    assert row["epoch"] == 0 and row["agent/steps"] == 1 and "agent/loss" in row
+    assert 0.0 <= row["agent/gigpo_step_adv_nonzero"] <= 1.0 and row["episodes/turns_mean"] >= 1

@@ -10,6 +10,7 @@ import pytest
 from genenv_jax import rl
 from genenv_jax.models import forward, preset
 from genenv_jax.models.lora import LoRAConfig, init_adapters, with_adapters
+from genenv_jax.rl.advantages import gigpo_step_advantages
 from random_params import random_params
 
 BOS, SEP = 1, 2
@@ -44,9 +45,14 @@ def make_sampler(cfg):
     return sample
 
 
-def _grpo_copy_history(cfg, step, trained, frozen, steps: int = 200, normalize_by_std: bool = True):
+def _grpo_copy_history(cfg, step, trained, frozen, steps: int = 200, normalize_by_std: bool = True,
+                       advantages_fn=None, refill_rounds: int = 0):
     """Rewards per GRPO step on the copy task, and the last step's metrics. `trained` is what the
-    step updates: the params (full fine-tuning, `frozen` None) or LoRA adapters over `frozen`."""
+    step updates: the params (full fine-tuning, `frozen` None) or LoRA adapters over `frozen`.
+    `advantages_fn(rewards, prompts, rollouts)` replaces GRPO's advantages ([B] or [B, T]);
+    `refill_rounds` > 0 is DAPO's dynamic sampling: groups of equal rewards are replaced by groups of
+    fresh tasks for up to that many rounds (still-missing groups are the dropped ones, which add
+    nothing but the KL term)."""
     def model(trained):  # the params the policy samples with
         return trained if frozen is None else with_adapters(frozen, trained)
 
@@ -59,22 +65,35 @@ def _grpo_copy_history(cfg, step, trained, frozen, steps: int = 200, normalize_b
     rows = tasks * rollouts
     loss_mask = rl.build_loss_mask([3] * rows, [1] * rows, 4)
     history = []
-    for _ in range(steps):
-        digits = rng.choice(DIGITS, tasks)
-        prompts = np.stack([np.full(tasks, BOS), digits, np.full(tasks, SEP)], axis=1)
+    def groups(count):  # [count * rollouts] rows: prompts, tokens, old logprobs, rewards
+        nonlocal key
+        digits = rng.choice(DIGITS, count)
+        prompts = np.stack([np.full(count, BOS), digits, np.full(count, SEP)], axis=1)
         prompts = np.repeat(prompts.astype(np.int32), rollouts, axis=0)  # a task's rollouts are contiguous
         key, sub = jax.random.split(key)
         tokens, old_logprobs = sample(model(trained), prompts, 1, sub)
         tokens = np.asarray(tokens)
-        rewards = (tokens[:, 3] == prompts[:, 1]).astype(np.float32)
+        return prompts, tokens, np.asarray(old_logprobs), (tokens[:, 3] == prompts[:, 1]).astype(np.float32)
+
+    for _ in range(steps):
+        prompts, tokens, old_logprobs, rewards = groups(tasks)
+        history.append(rewards.mean())  # the on-policy reward of the step's first draw
+        for _ in range(refill_rounds):
+            varied = (rewards.reshape(tasks, rollouts).max(1) > rewards.reshape(tasks, rollouts).min(1))
+            if varied.all():
+                break
+            rows = np.repeat(varied, rollouts)
+            extra = groups(int((~varied).sum()))
+            prompts, tokens, old_logprobs, rewards = (np.concatenate([a[rows], b]) for a, b in
+                                                      zip((prompts, tokens, old_logprobs, rewards), extra))
+        advantages = (advantages_fn(rewards, prompts, rollouts) if advantages_fn else
+                      rl.grpo_advantages(rewards, rollouts, normalize_by_std=normalize_by_std))
         batch = {"tokens": tokens, "attention_mask": np.ones_like(tokens), "loss_mask": loss_mask,
-                 "old_logprobs": np.asarray(old_logprobs),
-                 "advantages": np.asarray(rl.grpo_advantages(rewards, rollouts, normalize_by_std=normalize_by_std))}
+                 "old_logprobs": old_logprobs, "advantages": np.asarray(advantages, np.float32)}
         batch["ref_logprobs"] = np.asarray(ref_logprobs_fn(reference, batch))
         args = () if frozen is None else (frozen,)
         trained, opt_state, metrics = step(trained, opt_state, batch, *args)
         assert np.isfinite(float(metrics["loss"])) and np.isfinite(float(metrics["grad_norm"]))
-        history.append(rewards.mean())
     return history, metrics
 
 
@@ -105,14 +124,32 @@ VARIANTS = {
 }
 
 
-@pytest.mark.parametrize("name", list(VARIANTS))
+def _gigpo_advantages(rewards, prompts, rollouts):
+    """GiGPO's per-token advantages [B, T] on the copy task: one turn per episode whose anchor state
+    is its prompt, so the step advantage is each reward against its group's mean (gamma^0 = 1)."""
+    episode = np.asarray(rl.grpo_advantages(rewards, rollouts))
+    step = gigpo_step_advantages(rewards, [[tuple(p)] for p in prompts], rollouts, gamma=0.95)
+    per_token = np.zeros((len(rewards), 4), np.float32)
+    per_token[:, 3] = episode + np.concatenate(step)  # omega 1, on the one response token
+    return per_token
+
+
+# Recipes that change the advantages or the data rather than the loss: (loss keys, helper keys).
+RECIPES = {
+    "dapo": (dict(clip_high=0.28), dict(refill_rounds=3)),  # decoupled clip, token mean, dynamic sampling
+    "gigpo": ({}, dict(advantages_fn=_gigpo_advantages)),
+}
+
+
+@pytest.mark.parametrize("name", list(VARIANTS) + list(RECIPES))
 def test_every_loss_variant_learns_to_copy_a_digit(name):
     cfg = preset("micro", vocab_size=16)
-    loss = rl.GRPOConfig(kl_coef=1e-3, entropy_coef=0.0, **VARIANTS[name])
+    loss_keys, recipe = RECIPES.get(name, (VARIANTS.get(name), {}))
+    loss = rl.GRPOConfig(kl_coef=1e-3, entropy_coef=0.0, **loss_keys)
     optimizer = rl.make_optimizer(rl.OptimizerConfig(learning_rate=3e-3, weight_decay=0.0))
     step = rl.make_grpo_step(cfg, optimizer, loss)
     history, metrics = _grpo_copy_history(cfg, step, random_params(cfg, 0), None,
-                                          normalize_by_std=loss.normalize_by_std)
+                                          normalize_by_std=loss.normalize_by_std, **recipe)
     start, end = np.mean(history[:5]), np.mean(history[-10:])
     assert start < 0.15 and end > 0.9, f"{name}: reward {start} -> {end}; history {np.round(history[::20], 2)}"
 

@@ -146,3 +146,30 @@ def test_wrong_types_in_a_plain_dict_config_are_named():
     c["epochs"] = "3"
     with pytest.raises(ConfigError, match=r"config.epochs='3': must be int"):
         RunConfig.from_config_dict(c)
+
+
+# The GenEnv reference code's values (docs/rl.md "The reference preset" gives each one's file and line).
+REFERENCE_VALUES = {
+    "agent.train.loss.clip_low": 0.2, "agent.train.loss.clip_high": 0.2, "agent.train.loss.dual_clip": 3.0,
+    "agent.train.loss.kl_coef": 1e-3, "agent.train.loss.kl_estimator": "k3", "agent.train.loss.kl_clamp": 10.0,
+    "agent.train.loss.entropy_coef": 1e-3, "agent.train.loss.aggregation": "token_mean",
+    "agent.train.loss.advantage": "grpo", "agent.train.loss.std_ddof": 1, "agent.train.loss.adv_eps": 1e-6,
+    "agent.optimizer.learning_rate": 1e-6, "agent.optimizer.schedule": "constant", "agent.optimizer.warmup_steps": 0,
+    "agent.optimizer.grad_clip": 1.0, "agent.train.tasks_per_step": 16, "agent.train.passes": 1,
+    "agent.sampling.temperature": 1.0, "agent.sampling.top_k": 0, "agent.sampling.top_p": 1.0,
+    "agent.sampling.max_new_tokens": 512, "agent.sampling.max_prompt_len": 4096, "rollouts_per_task": 8,
+    "curriculum.p_hat_samples": 4, "curriculum.alpha": 0.5, "curriculum.beta": 2.0, "seeds_per_epoch": 64,
+    "simulator.sampling.temperature": 1.0, "simulator.sampling.max_new_tokens": 8192, "epochs": 20,
+}
+
+
+def test_reference_preset_carries_the_reference_codes_values():
+    c = bfcl.get_config("reference")
+    c.agent.allow_random_init = c.simulator.allow_random_init = True
+    config = RunConfig.from_config_dict(c)
+    for key, want in REFERENCE_VALUES.items():
+        node = config
+        for part in key.split("."):
+            node = getattr(node, part)
+        assert node == want, f"{key}: {node!r} != reference {want!r}"
+    assert config.agent.preset == config.simulator.preset == "qwen2.5-7b" and config.mode == "genenv"

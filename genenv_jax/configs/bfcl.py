@@ -7,6 +7,10 @@ warm-start so it emits parseable text, 2 epochs; runs on a laptop CPU in minutes
 `coder_lora`: the real Qwen2.5-Coder-0.5B-Instruct as agent and simulator, LoRA rank 16 over one
 shared frozen base, epochs sized for a 2-core, 24 GiB CPU machine (about ten minutes an epoch,
 docs/benchmarks.md); no warm-start: the pretrained model writes calls and tasks as it is.
+`reference`: `7b` with every loss and sampling value of the GenEnv reference code
+(Gen-Verse/GenEnv at d5db29f; docs/rl.md "The reference preset" gives each value's file and line):
+dual-clip 3 (inherited from veRL), p_hat from 4 of each task's 8 rollouts, the simulator sampling
+at temperature 1.0 up to 8,192 tokens.
 """
 
 from ml_collections import ConfigDict
@@ -73,7 +77,37 @@ CODER_LORA_CPU = {
     "checkpoint.keep": 2,
 }
 
-PRESETS = {"7b": (base.QWEN_7B,), "tiny": (TINY,), "coder_lora": (CODER_LORA_CPU,)}
+# The GenEnv reference code's values (configs/genenv_config.yaml, scripts/run_genenv.sh and
+# genenv/trainer/genenv_trainer.py of Gen-Verse/GenEnv at d5db29f); the defaults already equal most
+# of them, they are restated here so the preset stays the reference's if a default moves.
+REFERENCE = {
+    **{f"agent.train.loss.{k}": v for k, v in {
+        "clip_low": 0.2, "clip_high": 0.2,               # actor.clip_ratio 0.2 (yaml 61; clip_ratio_low/high -1: unset)
+        "dual_clip": 3.0,                                # veRL's clip_ratio_c default 3.0 (the yaml does not set it)
+        "kl_coef": 1e-3, "kl_estimator": "k3", "kl_clamp": 10.0,  # use_kl_loss, kl_loss_coef 0.001, low_var_kl (yaml 66-68)
+        "entropy_coef": 1e-3,                            # entropy_coeff 0.001 (yaml 65)
+        "aggregation": "token_mean",                     # use_token_level_loss True (yaml 64)
+        "advantage": "grpo", "normalize_by_std": True, "std_ddof": 1, "adv_eps": 1e-6,  # adv_estimator grpo (yaml 186)
+        "importance_sampling_level": "token"}.items()},
+    "agent.optimizer.learning_rate": 1e-6,               # optim.lr (yaml 73)
+    "agent.optimizer.schedule": "constant", "agent.optimizer.warmup_steps": 0,  # warmup_style constant, ratio 0 (74-76)
+    "agent.optimizer.grad_clip": 1.0,                    # grad_clip (yaml 60)
+    "agent.train.tasks_per_step": 16,                    # ppo_mini_batch_size 16 (yaml 56)
+    "agent.train.passes": 1,                             # ppo_epochs 1 (yaml 69)
+    "agent.sampling.temperature": 1.0, "agent.sampling.top_k": 0, "agent.sampling.top_p": 1.0,  # rollout (98-102)
+    "agent.sampling.max_new_tokens": 512,                # max_response_length (yaml 35)
+    "agent.sampling.max_prompt_len": 4096,               # max_prompt_length (yaml 34)
+    "rollouts_per_task": 8,                              # rollout.n 8 (yaml 119)
+    "curriculum.p_hat_samples": 4,                       # genenv.num_generations_per_prompt 4 (yaml 17)
+    "curriculum.alpha": 0.5, "curriculum.beta": 2.0,     # genenv.alpha, beta (yaml 18-19)
+    "seeds_per_epoch": 64,                               # train_batch_size 64 (yaml 36)
+    "simulator.sampling.temperature": 1.0,               # SamplingParams(temperature=1.0) (genenv_trainer.py 91)
+    "simulator.sampling.max_new_tokens": 8192,           # generate(..., max_tokens=8192) (genenv_trainer.py 378)
+    "epochs": 20,                                        # trainer.total_epochs (yaml 199)
+}
+
+PRESETS = {"7b": (base.QWEN_7B,), "tiny": (TINY,), "coder_lora": (CODER_LORA_CPU,),
+           "reference": (base.QWEN_7B, REFERENCE)}
 
 
 def get_config(preset: str = "7b") -> ConfigDict:

@@ -18,7 +18,7 @@ import typing
 from typing import Any, Mapping
 
 from genenv_jax.configs.settings import (POLICY_DEFAULTS, POLICY_RULES, CheckpointSettings,
-                                         DomainSettings, EpisodeSettings, EvaluationSettings, LogSettings,
+                                         DomainSettings, DynamicSamplingSettings, EpisodeSettings, EvaluationSettings, LogSettings,
                                          PolicySettings, ReplaySettings, SamplingSettings, SeedSelectionSettings,
                                          TrainSettings, WarmstartSettings, loss_class)
 from genenv_jax.core.config_checks import (ConfigError, check_declared, check_type, defaults, failure, section, setting,
@@ -80,6 +80,7 @@ class RunConfig:
     static_variants_per_seed: int = setting(6, "mode=static: variants generated once, up front (paper: 6x)",
                                             minimum=1)
     replay: ReplaySettings = setting(factory=ReplaySettings)
+    dynamic_sampling: DynamicSamplingSettings = setting(factory=DynamicSamplingSettings)
     episodes: EpisodeSettings = setting(factory=EpisodeSettings)
     warmstart: WarmstartSettings = setting(factory=WarmstartSettings)
     evaluation: EvaluationSettings = setting(factory=EvaluationSettings)
@@ -159,6 +160,9 @@ def _policy(tree: Mapping[str, Any], name: str, rule: str, check_source: bool = 
                    extra={"temperature": sampling.temperature})
     if getattr(loss, "norm_tokens", None) == 0:  # Dr. GRPO's constant L: the longest reply the policy samples
         loss = dataclasses.replace(loss, norm_tokens=sampling.max_new_tokens)
+    if getattr(loss, "overlong_buffer", 0) > sampling.max_new_tokens:
+        raise failure(f"{name}.train.loss.overlong_buffer", loss.overlong_buffer,
+                      f"must be <= {name}.sampling.max_new_tokens ({sampling.max_new_tokens}), the reply cap it ends at")
     train = section(TrainSettings, train_tree, f"{name}.train", skip=("loss",), extra={"loss": loss})
     lora = section(LoRAConfig, tree.get("lora", {}), f"{name}.lora")
     settings = section(PolicySettings, tree, name, skip=("name", "rule"),
@@ -259,8 +263,9 @@ def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
     if not domain.name:
         raise ConfigError("config.domain.name is empty: pick a benchmark config such as configs/bfcl.py")
     replay, episodes, warmstart = sections["replay"], sections["episodes"], sections["warmstart"]
-    if replay.tasks_per_epoch and replay.base_ratio + replay.historical_ratio <= 0:
-        raise ConfigError("config.replay: base_ratio + historical_ratio must be > 0 when tasks_per_epoch > 0")
+    if (replay.tasks_per_epoch or sections["dynamic_sampling"].enabled) and replay.base_ratio + replay.historical_ratio <= 0:
+        raise ConfigError("config.replay: base_ratio + historical_ratio must be > 0 when tasks_per_epoch > 0 "
+                          "or dynamic_sampling is enabled (its refills are drawn with these ratios)")
     if episodes.max_total_tokens < agent.sampling.max_prompt_len + agent.sampling.max_new_tokens:
         raise failure("episodes.max_total_tokens", episodes.max_total_tokens,
                       "must be >= agent.sampling.max_prompt_len + max_new_tokens (a first turn must fit)")
@@ -270,6 +275,10 @@ def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
                 raise failure(f"warmstart.{key}", getattr(warmstart, key), "must be >= 1")
         if warmstart.learning_rate <= 0:
             raise failure("warmstart.learning_rate", warmstart.learning_rate, "must be > 0")
+    if sections["curriculum"].p_hat_samples > scalars["rollouts_per_task"]:
+        raise failure("curriculum.p_hat_samples", sections["curriculum"].p_hat_samples,
+                      f"must be <= rollouts_per_task ({scalars['rollouts_per_task']}): p_hat uses the first "
+                      "rollouts of each task's group")
     for p in (agent, simulator):
         rows = p.train.tasks_per_step * (scalars["rollouts_per_task"] if p.rule == "grpo" else 1)
         multiple = data * fsdp * p.train.micro_batches

@@ -23,6 +23,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 SEED_ORDERS = ("file", "shortest")
 SEED_STRATEGIES = ("variance", "uniform")
 SIMULATOR_TARGETS = ("next", "shortest")
+DYNAMIC_SAMPLING_FILTERS = ("reward", "advantage")
 
 
 def _positive_open(value: float) -> str | None:
@@ -141,6 +142,21 @@ class ReplaySettings:
     tasks_per_epoch: int = setting(0, "tasks replayed from D_train / base seeds each epoch", minimum=0)
     base_ratio: float = setting(0.5, "share drawn from the base seeds", minimum=0)
     historical_ratio: float = setting(0.5, "share drawn from earlier epochs' tasks", minimum=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicSamplingSettings:
+    """DAPO's dynamic sampling for the agent's GRPO update (`loop.dynamic_sampling`): groups that
+    carry no signal are left out of the update and replaced by groups of further tasks, drawn from
+    the base seeds and D_train (the `replay` ratios) and rolled out afresh, in at most `max_rounds`
+    refill rounds; every extra rollout is counted (`dynamic_sampling/extra_rollouts`)."""
+
+    enabled: bool = setting(False, "drop uninformative groups from GRPO and refill them")
+    filter: str = setting("reward", "reward (DAPO: a group's rewards are all equal) | advantage (every "
+                          "advantage it would train on is 0: GiGPO step credit and overlong shaping count)",
+                          choices=DYNAMIC_SAMPLING_FILTERS)
+    max_rounds: int = setting(3, "refill rounds at most (each rolls out as many tasks as groups are missing)",
+                              minimum=0)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
+import json
 import time
 from typing import Any, Callable, Sequence
 
@@ -50,6 +52,7 @@ class Episode:
     loss_mask: list[float] = dataclasses.field(default_factory=list)  # 1 on agent tokens
     logprobs: list[float] = dataclasses.field(default_factory=list)   # sampler logprobs; 0 off agent tokens
     turns: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    states: list[str] = dataclasses.field(default_factory=list)  # per turn: `state_key` of what it answered
     end_reason: str = ""
     reward: float = 0.0
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -62,6 +65,14 @@ class Episode:
     def valid(self) -> bool:
         """Ended by the environment, every agent turn stopped on its own with well-formed tool calls."""
         return self.end_reason == END_DONE and all(t["finish"] == FINISH_STOP and t["calls_ok"] for t in self.turns)
+
+    def turn_spans(self) -> list[tuple[int, int]]:
+        """Half-open [start, end) of each agent turn's tokens in `tokens`, in turn order."""
+        spans, pos = [], 0
+        for turn in self.turns:
+            spans.append((pos, pos + turn["agent_tokens"]))
+            pos += turn["agent_tokens"] + turn.get("observation_tokens", 0)
+        return spans
 
     def response_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """(loss mask, logprobs) over `tokens`, float32."""
@@ -87,6 +98,13 @@ class EpisodeStats:
             "time/env_wait_share": self.env_s / busy if busy > 0 else None,
             "env_steps_per_s": self.env_steps / self.env_s if self.env_s > 0 else None,
         }
+
+
+def state_key(messages: Sequence[Message]) -> str:
+    """The anchor-state key of an agent turn: a digest of the messages it answered (the first prompt,
+    or the previous turn's observation), equal exactly when their roles and texts are (GiGPO)."""
+    text = json.dumps([dict(m) for m in messages], sort_keys=True, ensure_ascii=False)
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -125,8 +143,8 @@ def run_episodes(tasks: Sequence[Task], n: int, envs, text: ChatText, caps: Epis
             counters[f"reset_failed/{failure.reason}" if failure else "agent_prompt_too_long"] += 1
             envs.call([("close", t * n + k, None) for k in range(n)])
             continue
-        groups.append([Episode(task, t * n + k, list(prompt), [dict(m) for m in answers[k].messages])
-                       for k in range(n)])
+        groups.append([Episode(task, t * n + k, list(prompt), [dict(m) for m in answers[k].messages],
+                               states=[state_key(answers[k].messages)]) for k in range(n)])
     live = [ep for group in groups for ep in group]
     turn = 0
     while live:
@@ -182,6 +200,7 @@ def _apply(ep: Episode, outcome: StepOutcome | EnvFailure, caps: EpisodeCaps, te
     if len(ep.prompt) + len(ep.tokens) + caps.max_new_tokens > caps.max_total_tokens:
         _end(ep, END_MAX_TOKENS)
         return False
+    ep.states.append(state_key(outcome.observation))  # the next turn answers this observation
     return True
 
 

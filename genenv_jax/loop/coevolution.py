@@ -29,7 +29,7 @@ from genenv_jax.workdir import storage
 from genenv_jax.workdir.checkpoints import Checkpointer
 from genenv_jax.domains import DOMAINS, get_domain
 from genenv_jax.episodes import open_environments
-from genenv_jax.loop import learning, records, shared_pools
+from genenv_jax.loop import dynamic_sampling, learning, records, shared_pools
 from genenv_jax.text.chat_text import ChatText
 from genenv_jax.dreamgym.domains import domain_support
 from genenv_jax.loop.context import LoopContext, training_seeds
@@ -202,6 +202,9 @@ class CoEvolution:
         world_metrics = {} if self.world is None else self.world.observe(synthetic, groups)
         if self.mode.needs_dreamgym:
             world_metrics["dreamgym/synthetic_epoch"] = float(synthetic)
+        # DAPO's dynamic sampling (when enabled): the groups GRPO trains on, refilled past uninformative ones.
+        train_groups, refills, sampling_metrics = dynamic_sampling.training_groups(
+            ctx, self.agent, state.agent, envs, groups, self.pools["d_train"], epoch, counters)
         t_roll = time.time()
 
         # 6. p_hat, R_env and the band on the generated tasks; per-seed stats for the next epoch.
@@ -213,10 +216,10 @@ class CoEvolution:
 
         # Every process computed the same tasks and rewards (else their batches would differ).
         check_same_on_all(f"epoch {epoch}'s tasks and rewards", json.dumps(
-            [[g.task.task_id, [float(r) for r in g.rewards]] for g in groups]).encode())
+            [[g.task.task_id, [float(r) for r in g.rewards]] for g in groups + refills]).encode())
 
         # 7. GRPO on the agent; 8. RWR on the simulator with in-band tasks (genenv mode only).
-        state.agent, agent_metrics = learning.update_agent(ctx, self.agent, state.agent, groups, epoch)
+        state.agent, agent_metrics = learning.update_agent(ctx, self.agent, state.agent, train_groups, epoch)
         simulator_metrics = {}
         if self.mode.trains_simulator:
             state.simulator, simulator_metrics = learning.update_simulator(
@@ -229,7 +232,7 @@ class CoEvolution:
         if self.world is not None:
             self.world.commit(epoch)  # the replay pool's shard (synced with the others just below)
         shared_pools.append_epoch(self.pools, epoch, {
-            "d_train": records.d_train_records(groups),
+            "d_train": records.d_train_records(groups + refills),
             "d_env": records.d_env_records(gens, by_task, c.simulator.train.loss.reward_lambda)})
         if is_writer():
             records.write_samples(self.workdir / "samples", epoch, gens, groups, c.log.samples_per_epoch)
@@ -239,7 +242,7 @@ class CoEvolution:
         generated = len(gens) if self.mode.counts_generations else None
         return records.epoch_metrics(gens=gens, generated=generated, groups=groups, scores=scores,
                                      replayed=len(replay), times=times) | episode_stats.metrics(
-            episodes) | dict(counters) | agent_metrics | simulator_metrics | world_metrics | heldout
+            episodes) | dict(counters) | sampling_metrics | agent_metrics | simulator_metrics | world_metrics | heldout
 
     @staticmethod
     def _update_seed_stats(state: LoopState, scores, variances: dict[str, float]) -> None:

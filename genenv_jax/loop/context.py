@@ -18,6 +18,7 @@ from genenv_jax.configs.run_config import RunConfig
 (STREAM_SEEDS, STREAM_GENERATE, STREAM_STATIC, STREAM_REPLAY, STREAM_ROLLOUTS, STREAM_GRPO, STREAM_RWR,
  STREAM_TOP_UP) = range(1, 9)
 STREAM_EXPERIENCE = 9  # mode=dreamgym: the experience model's sampling in synthetic episodes
+STREAM_REFILL = 10     # dynamic sampling: refill round r draws its tasks from stream 10 * 1000 + r
 STREAM_WARMSTART_AGENT, STREAM_WARMSTART_SIMULATOR, STREAM_EXPERIENCE_SFT = 101, 102, 103
 
 

@@ -10,26 +10,26 @@ import numpy as np
 
 from genenv_jax.domains.base import DIFFICULTY_DIRECTIONS, Task
 from genenv_jax.episodes import Episode
+from genenv_jax.loop.credit import group_credits
 from genenv_jax.loop.context import (STREAM_GRPO, STREAM_RWR, STREAM_WARMSTART_AGENT, STREAM_WARMSTART_SIMULATOR,
                                      LoopContext, epoch_seed)
 from genenv_jax.loop.policy import Policy
 from genenv_jax.loop.rollouts import RolloutGroup
 from genenv_jax.loop.tasks import Generation
 from genenv_jax.rl.batches import PolicyState, TrainRow, batch_shape, shuffled_batches, summarise, train_steps
-from genenv_jax.rl import grpo_advantages
 
 
 def update_agent(ctx: LoopContext, agent: Policy, state: PolicyState, groups: Sequence[RolloutGroup],
                  epoch: int) -> tuple[PolicyState, dict]:
-    """GRPO: each pass visits every task's group once, `tasks_per_step` groups per step."""
+    """GRPO: each pass visits every task's group once, `tasks_per_step` groups per step; advantages
+    per `agent.train.loss.advantage` (`loop.credit`)."""
     if not groups:
         return state, {}
-    n, u, loss = ctx.config.rollouts_per_task, agent.settings.train, agent.settings.train.loss
-    rewards = np.asarray([r for g in groups for r in g.rewards], np.float32)
-    adv = np.asarray(grpo_advantages(rewards, n, eps=loss.adv_eps, ddof=loss.std_ddof,
-                                     normalize_by_std=loss.normalize_by_std)).reshape(len(groups), n)
-    rows_of = [[TrainRow(ep.prompt, ep.tokens, float(a), *_logprobs_and_mask(ep)) for ep, a in zip(g.episodes, adv[i])]
-               for i, g in enumerate(groups)]
+    n, u = ctx.config.rollouts_per_task, agent.settings.train
+    credits, credit_metrics = group_credits(groups, n, u.loss, agent.settings.sampling.max_new_tokens)
+    rows_of = [[TrainRow(ep.prompt, ep.tokens, float(c.advantages[k]), *_logprobs_and_mask(ep),
+                         token_scalars=None if c.token_advantages is None else c.token_advantages[k])
+                for k, ep in enumerate(g.episodes)] for g, c in zip(groups, credits)]
     rng = np.random.default_rng(ctx.seed(epoch, STREAM_GRPO))
     steps = []
     for _ in range(u.passes):
@@ -42,7 +42,7 @@ def update_agent(ctx: LoopContext, agent: Policy, state: PolicyState, groups: Se
     state, history = train_steps(agent.train, state, steps, **shape, pad_id=ctx.text.pad_id,
                                  scalar_key="advantages", desc=f"epoch {epoch}: GRPO",
                                  show_progress=ctx.show_progress)
-    return state, summarise("agent", history)
+    return state, summarise("agent", history) | credit_metrics
 
 
 def _logprobs_and_mask(ep: Episode) -> tuple[np.ndarray, np.ndarray | None]:

@@ -8,7 +8,7 @@ from typing import Sequence
 
 from genenv_jax.domains.base import Task
 from genenv_jax.episodes import Episode, EpisodeCaps, EpisodeStats, run_episodes
-from genenv_jax.loop.context import STREAM_ROLLOUTS, LoopContext, epoch_seed
+from genenv_jax.loop.context import STREAM_REFILL, STREAM_ROLLOUTS, LoopContext, epoch_seed
 from genenv_jax.loop.policy import Policy
 
 
@@ -35,18 +35,27 @@ def episode_caps(ctx: LoopContext, agent: Policy) -> EpisodeCaps:
                        max_prompt_len=s.max_prompt_len)
 
 
+def rollout_seed(ctx: LoopContext, epoch: int, turn: int, refill_round: int = 0) -> int:
+    """The sampler seed of one turn of an epoch's rollouts (refill round r > 0 of dynamic sampling:
+    streams of their own, so refills never repeat the first round's random draws)."""
+    if refill_round:
+        return epoch_seed(ctx.config.seed, epoch, (STREAM_REFILL * 1000 + refill_round) * 1000 + turn)
+    return ctx.seed(epoch, STREAM_ROLLOUTS) if turn == 0 else epoch_seed(ctx.config.seed, epoch,
+                                                                         STREAM_ROLLOUTS * 1000 + turn)
+
+
 def rollouts(ctx: LoopContext, agent: Policy, weights, envs, tasks: Sequence[Task], replayed: Sequence[bool],
-             epoch: int, counters: collections.Counter) -> tuple[list[RolloutGroup], EpisodeStats]:
+             epoch: int, counters: collections.Counter, refill_round: int = 0,
+             ) -> tuple[list[RolloutGroup], EpisodeStats]:
     """Runs `rollouts_per_task` episodes per task, every turn's live episodes as one sampler batch.
     `weights`: the agent's PolicyState (or SamplerParams already placed)."""
     n = ctx.config.rollouts_per_task
     placed = agent.place(weights)  # once for every turn
 
     def sample(prompts, turn):
-        seed = ctx.seed(epoch, STREAM_ROLLOUTS) if turn == 0 else epoch_seed(ctx.config.seed, epoch,
-                                                                             STREAM_ROLLOUTS * 1000 + turn)
-        return agent.sample(placed, prompts, seed, ctx.text.stop_ids)
+        return agent.sample(placed, prompts, rollout_seed(ctx, epoch, turn, refill_round), ctx.text.stop_ids)
 
-    with ctx.progress(len(tasks) * n, f"epoch {epoch}: agent episodes", unit="episode") as bar:
+    what = f"refill {refill_round}" if refill_round else "agent episodes"
+    with ctx.progress(len(tasks) * n, f"epoch {epoch}: {what}", unit="episode") as bar:
         groups, stats = run_episodes(tasks, n, envs, ctx.text, episode_caps(ctx, agent), sample, counters, bar)
     return [RolloutGroup(g[0].task, g, replayed[g[0].episode_id // n]) for g in groups], stats

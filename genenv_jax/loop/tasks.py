@@ -203,13 +203,16 @@ def agent_tasks(ctx: LoopContext, gens: Sequence[Generation], epoch: int,
     return new, [seeds[i] for i in rng.choice(len(seeds), size=missing, replace=missing > len(seeds))]
 
 
-def replay_tasks(ctx: LoopContext, d_train: Pool, epoch: int) -> list[Task]:
-    """Tasks replayed from base seeds and D_train's earlier epochs, rolled out afresh (on-policy)."""
+def replay_tasks(ctx: LoopContext, d_train: Pool, epoch: int, count: int | None = None,
+                 seed: int | None = None) -> list[Task]:
+    """Tasks replayed from base seeds and D_train's earlier epochs, rolled out afresh (on-policy):
+    `replay.tasks_per_epoch` of them, or `count` drawn with `seed` (dynamic sampling's refills)."""
     r = ctx.config.replay
-    if r.tasks_per_epoch <= 0:
+    count = r.tasks_per_epoch if count is None else count
+    if count <= 0:
         return []
     sources = {"base": [{"task": s.to_json()} for s in ctx.train_seeds],
                "historical": d_train.data_source() if d_train.epochs else []}  # empty sources are dropped
-    batch = next(mixed_batches(sources, {"base": r.base_ratio, "historical": r.historical_ratio},
-                               r.tasks_per_epoch, seed=ctx.seed(epoch, STREAM_REPLAY), num_batches=1))
+    batch = next(mixed_batches(sources, {"base": r.base_ratio, "historical": r.historical_ratio}, count,
+                               seed=ctx.seed(epoch, STREAM_REPLAY) if seed is None else seed, num_batches=1))
     return [Task.from_json(rec["task"]) for rec in batch]

@@ -48,13 +48,15 @@ class TrainRow:
     """One training sequence: prompt ids, response ids, and the row's scalar (`advantages` for
     GRPO, `rewards` = R_env for RWR, unused 0 for SFT). `logprobs` are the sampler's old logprobs
     of the response tokens (GRPO's importance ratio); `loss_mask` marks the response tokens in the
-    loss (a multi-turn episode's agent tokens), all of them when None."""
+    loss (a multi-turn episode's agent tokens), all of them when None. `token_scalars`, when set,
+    replaces `scalar` by one value per response token (GiGPO's per-turn advantages)."""
 
     prompt: Sequence[int]
     response: Sequence[int]
     scalar: float = 0.0
     logprobs: np.ndarray | None = None
     loss_mask: np.ndarray | None = None
+    token_scalars: np.ndarray | None = None
 
 
 def train_steps(train: TrainFn, state: PolicyState, steps: Iterable[Sequence[TrainRow]], *, rows: int,
@@ -66,12 +68,17 @@ def train_steps(train: TrainFn, state: PolicyState, steps: Iterable[Sequence[Tra
         with_logprobs = chosen[0].logprobs is not None
         with_masks = any(r.loss_mask is not None for r in chosen)
         masks = [np.ones(len(r.response), np.float32) if r.loss_mask is None else r.loss_mask for r in chosen]
+        per_token = any(r.token_scalars is not None for r in chosen)
+        values = {scalar_key: [np.full(len(r.response), r.scalar, np.float32) if r.token_scalars is None
+                               else r.token_scalars for r in chosen]} if per_token else None
         batch = pack_sequences([r.prompt for r in chosen], [r.response for r in chosen], pad_id,
                                response_logprobs=[r.logprobs for r in chosen] if with_logprobs else None,
                                response_masks=masks if with_masks else None,
-                               num_rows=rows, prompt_len=prompt_len, response_len=response_len)
-        batch[scalar_key] = np.zeros((rows,), np.float32)
-        batch[scalar_key][:len(chosen)] = [r.scalar for r in chosen]
+                               num_rows=rows, prompt_len=prompt_len, response_len=response_len,
+                               response_values=values)
+        if not per_token:  # one scalar per row [rows]; per-token values are [rows, P + R]
+            batch[scalar_key] = np.zeros((rows,), np.float32)
+            batch[scalar_key][:len(chosen)] = [r.scalar for r in chosen]
         state, metrics = train(state, batch)
         history.append(metrics)
     return state, history

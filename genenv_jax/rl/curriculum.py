@@ -85,6 +85,8 @@ class CurriculumConfig:
       (more samples per estimate; every variant of the seed then shares its p_hat and weight).
     success_threshold: None -> p_hat is the mean reward (k/n for binary rewards); a number ->
       p_hat is the fraction of rollouts with reward >= threshold (for graded rewards such as F1).
+    p_hat_samples: 0 -> every rollout of a task counts; k > 0 -> only its first k (the GenEnv reference
+      estimates p_hat from 4 generations per task while its GRPO samples 8).
     """
 
     alpha: float = 0.5
@@ -92,6 +94,7 @@ class CurriculumConfig:
     k_min: float = 0.1
     granularity: Granularity = "variant"
     success_threshold: float | None = None
+    p_hat_samples: int = 0
 
     def __post_init__(self):
         _check_alpha_beta(self.alpha, self.beta)
@@ -99,6 +102,8 @@ class CurriculumConfig:
             raise ValueError(f"k_min (band half-width) must be >= 0, got {self.k_min!r}")
         if self.granularity not in GRANULARITIES:
             raise ValueError(f"granularity must be one of {GRANULARITIES}, got {self.granularity!r}")
+        if not (isinstance(self.p_hat_samples, int) and self.p_hat_samples >= 0):
+            raise ValueError(f"p_hat_samples must be an int >= 0 (0: all rollouts), got {self.p_hat_samples!r}")
         if self.success_threshold is not None and not math.isfinite(self.success_threshold):
             raise ValueError(f"success_threshold must be finite or None, got {self.success_threshold!r}")
 
@@ -169,6 +174,8 @@ def score_tasks(records: Iterable[Any], config: CurriculumConfig = CurriculumCon
     """
     records = list(records)
     by_task = group_rewards(records, "task_id")
+    if config.p_hat_samples:  # the estimate sees each task's first k rollouts only
+        by_task = {t: r[:config.p_hat_samples] for t, r in by_task.items()}
     seed_of: dict[str, str] = {}
     for record in records:
         task_id, seed_id = str(_field(record, "task_id")), str(_field(record, "seed_id"))
@@ -177,7 +184,12 @@ def score_tasks(records: Iterable[Any], config: CurriculumConfig = CurriculumCon
 
     task_rate = {t: success_rate(r, config.success_threshold) for t, r in by_task.items()}
     if config.granularity == "seed_batch":
-        by_seed = group_rewards(records, "seed_id")
+        if config.p_hat_samples:  # pooled from the kept rollouts
+            by_seed: dict[str, list[float]] = {}
+            for t, r in by_task.items():
+                by_seed.setdefault(seed_of[t], []).extend(r)
+        else:
+            by_seed = group_rewards(records, "seed_id")
         seed_rate = {s: success_rate(r, config.success_threshold) for s, r in by_seed.items()}
         p_hat = {t: seed_rate[seed_of[t]] for t in by_task}
     else:

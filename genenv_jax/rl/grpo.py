@@ -28,6 +28,9 @@ from genenv_jax.rl.step import TrainStep, build_train_step
 # Where the importance ratio lives: per token (PPO / GRPO), per sequence (GSPO: the length-normalised
 # log-ratio of the whole response), or GSPO-token (the sequence ratio's value, each token's gradient).
 RATIO_LEVELS = ("token", "sequence", "sequence_token")
+# Advantage estimators: one group-relative advantage per episode (GRPO), or GiGPO's episode + step
+# advantages over anchor states (per agent turn; `rl.advantages`).
+ADVANTAGES = ("grpo", "gigpo")
 GSPO_LOG_RATIO_CAP = 10.0  # GSPO-token's log-ratio cap (veRL's clamp before exp)
 
 
@@ -47,6 +50,10 @@ class GRPOConfig:
     importance_sampling_level: "token" (PPO's per-token ratio), "sequence" (GSPO's sequence
       ratio exp(mean_t log r_t), clipped per sequence) or "sequence_token" (GSPO-token); both
       GSPO levels aggregate per sequence (aggregation "seq_mean_token_mean").
+    advantage: "grpo" (one group-relative advantage per episode) or "gigpo" (GiGPO: that advantage
+      plus `gigpo_omega` x each agent turn's step advantage over its anchor state, discount `gigpo_gamma`).
+    overlong_buffer / overlong_penalty: DAPO's soft overlong punishment: a reply within the last
+      `overlong_buffer` tokens before the reply cap loses up to `overlong_penalty` reward (0: off).
     temperature: the sampling temperature; logits are divided by it, as the sampler did.
     chunk_size: sequence chunk of the LM head (bounds the float32 [B, chunk, V] logits).
     adv_eps, std_ddof, normalize_by_std: advantages (r - mean) / (std + adv_eps) per group.
@@ -67,6 +74,11 @@ class GRPOConfig:
     norm_tokens: int = 0
     dual_clip: float | None = None
     importance_sampling_level: str = "token"
+    advantage: str = "grpo"
+    gigpo_gamma: float = 0.95
+    gigpo_omega: float = 1.0
+    overlong_buffer: int = 0
+    overlong_penalty: float = 1.0
 
     def __post_init__(self):
         check_choice("GRPOConfig.aggregation", self.aggregation, AGGREGATIONS + (SUM_NORM,))
@@ -74,6 +86,18 @@ class GRPOConfig:
         if self.importance_sampling_level != "token" and self.aggregation != "seq_mean_token_mean":
             raise ValueError(f"GRPOConfig.importance_sampling_level={self.importance_sampling_level!r} (GSPO) "
                              "aggregates per sequence: set aggregation='seq_mean_token_mean'")
+        check_choice("GRPOConfig.advantage", self.advantage, ADVANTAGES)
+        if self.advantage == "gigpo" and self.importance_sampling_level == "sequence":
+            raise ValueError("GRPOConfig.advantage='gigpo' gives each agent turn its own advantage; GSPO's "
+                             "sequence-level ratio needs one per sequence: use importance_sampling_level="
+                             "'sequence_token' (GSPO-token) or 'token'")
+        if not 0.0 <= self.gigpo_gamma <= 1.0:
+            raise ValueError(f"GRPOConfig.gigpo_gamma must be in [0, 1], got {self.gigpo_gamma}")
+        if self.gigpo_omega < 0:
+            raise ValueError(f"GRPOConfig.gigpo_omega must be >= 0, got {self.gigpo_omega}")
+        if self.overlong_buffer < 0 or self.overlong_penalty < 0:
+            raise ValueError(f"GRPOConfig.overlong_buffer and overlong_penalty must be >= 0, got "
+                             f"{self.overlong_buffer}, {self.overlong_penalty}")
         if self.dual_clip is not None and not self.dual_clip > 1.0:
             raise ValueError(f"GRPOConfig.dual_clip must be > 1 (veRL's clip_ratio_c, 3 there) or None, "
                              f"got {self.dual_clip}")

@@ -7,7 +7,7 @@ and the jitted steps compile a handful of times. Positions follow from `attentio
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -17,9 +17,12 @@ from genenv_jax.core.bucketing import length_bucket, round_up
 def pack_sequences(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int, *,
                    response_logprobs: Sequence[Sequence[float]] | None = None,
                    response_masks: Sequence[Sequence[float]] | None = None, num_rows: int | None = None,
-                   prompt_len: int | None = None, response_len: int | None = None) -> dict[str, np.ndarray]:
+                   prompt_len: int | None = None, response_len: int | None = None,
+                   response_values: Mapping[str, Sequence[Sequence[float]]] | None = None) -> dict[str, np.ndarray]:
     """A batch dict: tokens, attention_mask (int32), loss_mask (float32, on response tokens) [B, P + R],
     and old_logprobs (float32, aligned with tokens) when `response_logprobs` is given.
+    `response_values` maps further batch keys to one float per response token of each row (GiGPO's
+    per-token advantages), packed the same way (0 elsewhere).
     `response_masks` limits the loss to some response tokens (a multi-turn episode's agent turns,
     not its observations); by default every response token is in the loss.
 
@@ -28,8 +31,13 @@ def pack_sequences(prompts: Sequence[Sequence[int]], responses: Sequence[Sequenc
     """
     if len(prompts) != len(responses):
         raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
-    if response_logprobs is not None and len(response_logprobs) != len(responses):
-        raise ValueError(f"{len(response_logprobs)} logprob rows for {len(responses)} responses")
+    per_token = dict(response_values or {})
+    if response_logprobs is not None:
+        per_token["old_logprobs"] = response_logprobs
+    for key, values in per_token.items():
+        if len(values) != len(responses):
+            raise ValueError(f"{len(values)} {'logprob' if key == 'old_logprobs' else key} rows for "
+                             f"{len(responses)} responses")
     rows = len(prompts) if num_rows is None else int(num_rows)
     if rows < len(prompts):
         raise ValueError(f"num_rows {rows} < {len(prompts)} sequences")
@@ -38,7 +46,7 @@ def pack_sequences(prompts: Sequence[Sequence[int]], responses: Sequence[Sequenc
     tokens = np.full((rows, p_len + r_len), pad_id, np.int32)
     attention = np.zeros((rows, p_len + r_len), np.int32)
     loss_mask = np.zeros((rows, p_len + r_len), np.float32)
-    old = np.zeros((rows, p_len + r_len), np.float32)
+    packed = {key: np.zeros((rows, p_len + r_len), np.float32) for key in per_token}
     for i, (prompt, response) in enumerate(zip(prompts, responses)):
         if len(prompt) > p_len or len(response) > r_len:
             raise ValueError(f"row {i}: prompt {len(prompt)} / response {len(response)} tokens exceed "
@@ -54,15 +62,13 @@ def pack_sequences(prompts: Sequence[Sequence[int]], responses: Sequence[Sequenc
             if mask.shape != (len(response),):
                 raise ValueError(f"row {i}: {mask.shape[0]} loss-mask entries for {len(response)} response tokens")
             loss_mask[i, p_len:p_len + len(response)] = mask
-        if response_logprobs is not None:
-            lp = np.asarray(response_logprobs[i], np.float32)
-            if lp.shape != (len(response),):
-                raise ValueError(f"row {i}: {lp.shape[0]} logprobs for {len(response)} response tokens")
-            old[i, p_len:p_len + len(response)] = lp
-    batch = {"tokens": tokens, "attention_mask": attention, "loss_mask": loss_mask}
-    if response_logprobs is not None:
-        batch["old_logprobs"] = old
-    return batch
+        for key, values in per_token.items():
+            row = np.asarray(values[i], np.float32)
+            if row.shape != (len(response),):
+                what = "logprobs" if key == "old_logprobs" else key
+                raise ValueError(f"row {i}: {row.shape[0]} {what} for {len(response)} response tokens")
+            packed[key][i, p_len:p_len + len(response)] = row
+    return {"tokens": tokens, "attention_mask": attention, "loss_mask": loss_mask} | packed
 
 
 def padded_row_count(rows: int, multiple: int) -> int:
