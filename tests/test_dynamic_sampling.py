@@ -39,7 +39,7 @@ def _fake(monkeypatch, rounds_of_rewards):
 
 def _context(**overrides):
     config = toy_config(**{"dynamic_sampling.enabled": True, **overrides})
-    return types.SimpleNamespace(config=config), types.SimpleNamespace(settings=config.agent)
+    return types.SimpleNamespace(config=config), types.SimpleNamespace(settings=config.agent, place=lambda w: w)
 
 
 def test_uninformative_groups_are_replaced_up_to_the_epochs_group_count(monkeypatch):
@@ -70,7 +70,7 @@ def test_the_round_cap_leaves_a_counted_shortfall(monkeypatch):
 def test_the_advantage_filter_keeps_equal_rewards_with_step_credit(monkeypatch):
     """Equal rewards, different path lengths: DAPO's reward filter drops the group, the advantage
     filter under GiGPO keeps it (its shorter episode earns the larger discounted return)."""
-    short, long_ = _group("g", [1, 1]), None
+    short = _group("g", [1, 1])
     long_ = short.episodes[1]
     long_.states, long_.tokens, long_.loss_mask = ["s", "t"], [5, 6, 5], [1.0, 0.0, 1.0]
     long_.turns = [{"agent_tokens": 1, "observation_tokens": 1}, {"agent_tokens": 1}]

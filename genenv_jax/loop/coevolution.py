@@ -197,14 +197,16 @@ class CoEvolution:
         replay = top_ups + replay_tasks(ctx, self.pools["d_train"], epoch)
         synthetic = self.world is not None and c.dreamgym.synthetic(epoch)  # DreamGym: the experience model answers
         envs = self.world.episodes_environments(epoch) if synthetic else self.environments
-        groups, episode_stats = rollouts(ctx, self.agent, state.agent, envs, tasks + replay,
+        placed = self.agent.place(state.agent)  # one sampler copy (LoRA: one merge) for rollouts and refills
+        groups, episode_stats = rollouts(ctx, self.agent, placed, envs, tasks + replay,
                                          [False] * len(tasks) + [True] * len(replay), epoch, counters)
         world_metrics = {} if self.world is None else self.world.observe(synthetic, groups)
         if self.mode.needs_dreamgym:
             world_metrics["dreamgym/synthetic_epoch"] = float(synthetic)
         # DAPO's dynamic sampling (when enabled): the groups GRPO trains on, refilled past uninformative ones.
         train_groups, refills, sampling_metrics = dynamic_sampling.training_groups(
-            ctx, self.agent, state.agent, envs, groups, self.pools["d_train"], epoch, counters)
+            ctx, self.agent, placed, envs, groups, self.pools["d_train"], epoch, counters)
+        del placed  # not held through the updates
         t_roll = time.time()
 
         # 6. p_hat, R_env and the band on the generated tasks; per-seed stats for the next epoch.

@@ -43,7 +43,8 @@ def informative(ctx: LoopContext, agent: Policy, groups: Sequence[RolloutGroup])
 def training_groups(ctx: LoopContext, agent: Policy, weights, envs, groups: Sequence[RolloutGroup], d_train: Pool,
                     epoch: int, counters: collections.Counter) -> tuple[list[RolloutGroup], list[RolloutGroup], dict]:
     """(the groups GRPO trains on, the refill groups rolled out, metrics). Without dynamic sampling:
-    every group, no refills, no metrics."""
+    every group, no refills, no metrics. `weights`: the agent's SamplerParams already placed for the
+    epoch's rollouts (or its PolicyState, placed here once for every round)."""
     settings = ctx.config.dynamic_sampling
     if not settings.enabled or not groups:
         return list(groups), [], {}
@@ -54,6 +55,8 @@ def training_groups(ctx: LoopContext, agent: Policy, weights, envs, groups: Sequ
     refills: list[RolloutGroup] = []
     rounds = 0
     while len(kept) < target and rounds < settings.max_rounds:
+        if rounds == 0:
+            weights = agent.place(weights)  # a no-op for placed params; never once per round
         rounds += 1
         tasks = replay_tasks(ctx, d_train, epoch, count=target - len(kept),
                              seed=epoch_seed(ctx.config.seed, epoch, STREAM_REFILL * 1000 + rounds))
