@@ -66,44 +66,73 @@ def prefill(cfg: ModelConfig, params: Params, tokens: jax.Array, prompt_mask: ja
             rows_per_chunk: int, constrain: Constrain = no_constraint) -> tuple[Caches, jax.Array]:
     """Runs left-padded prompts [B, P] and fills cache slots [0, P); `params` from `unstack_layers`.
 
-    Rows go through in chunks of `rows_per_chunk` (a `lax.scan`) to bound the [R, N, P, P]
-    attention scores; chunk c holds rows b = r * C + c, so a batch sharded in contiguous blocks
-    stays local to its devices. Returns per-layer caches [B, K, cache_len, H] and the float32
-    logits [B, V] of the last prompt slot (every prompt ends there: left padding).
+    `extend` of empty caches [B, K, cache_len, H] by the whole prompt: returns the per-layer
+    caches and the float32 logits [B, V] of the last prompt slot (every prompt ends there: left
+    padding).
     """
-    batch = tokens.shape[0]
+    caches = new_caches(cfg, (tokens.shape[0],), cache_len, constrain)
+    positions = primitives.default_positions(tokens, prompt_mask)  # [B, P]
+    context = jnp.zeros((tokens.shape[0], cache_len), bool)
+    return extend(cfg, params, caches, tokens, prompt_mask, positions, 0, context, rows_per_chunk, constrain)
+
+
+def extend(cfg: ModelConfig, params: Params, caches: Caches, tokens: jax.Array, valid: jax.Array,
+           positions: jax.Array, start: int, context: jax.Array, rows_per_chunk: int,
+           constrain: Constrain = no_constraint) -> tuple[Caches, jax.Array]:
+    """Runs a chunk of new tokens [B, T] for rows whose earlier tokens' keys are already cached.
+
+    caches [B, K, S, H] per layer; `context` [B, S] marks the cached slots the chunk may attend
+    to (a reused prefix; all False for a fresh prompt). Chunk token t of row b is written at cache
+    slot start + t where valid[b, t] (left-padded chunks: invalid slots keep what they held, so a
+    prefix may sit below the chunk's real tokens) and attends to the context slots and the chunk's
+    valid slots up to its own. positions [B, T]: each token's position in its sequence (the
+    prefix's length onwards). `params` from `unstack_layers`.
+
+    Rows go through in chunks of `rows_per_chunk` (a `lax.scan`) to bound the [R, N, T, S]
+    attention scores; chunk c holds rows b = r * C + c, so a batch sharded in contiguous blocks
+    stays local to its devices. Returns the updated caches and the float32 logits [B, V] of chunk
+    slot T - 1 (every row's last token: left padding).
+    """
+    batch, length = tokens.shape
     rows = rows_per_chunk
     if batch % rows:
         raise ValueError(f"batch {batch} is not a multiple of rows_per_chunk {rows}")
     chunks = batch // rows
-    positions = primitives.default_positions(tokens, prompt_mask)  # [B, P]
+    cache_len = caches[0][0].shape[2]
+    chunk_slot = jnp.arange(cache_len) - start  # [S]: the chunk token each cache slot holds, if any
+    in_chunk = (chunk_slot >= 0) & (chunk_slot < length)
 
     def by_chunk(a):  # [B, ...] -> [C, R, ...]
         return a.reshape(rows, chunks, *a.shape[1:]).swapaxes(0, 1)
 
-    def chunk_body(caches, xs):
-        c, tok, pos, valid = xs  # tok/pos/valid [R, P]
-        x = primitives.embed_tokens(cfg, params, tok)  # [R, P, D]
+    def chunk_body(_, xs):
+        layer_caches, tok, pos, ok, seen = xs  # tok/pos/ok [R, T], seen [R, S], caches [R, K, S, H]
+        x = primitives.embed_tokens(cfg, params, tok)  # [R, T, D]
         cos, sin = primitives.rope_angles(pos, cfg.head_dim, cfg.rope_theta)
-        mask = primitives.causal_mask(valid)  # [R, P, P]
+        slot_ok = in_chunk[None, :] & jnp.take(ok, jnp.clip(chunk_slot, 0, length - 1), axis=1)  # [R, S]
+        causal = chunk_slot[None, :] <= jnp.arange(length)[:, None]  # [T, S]
+        mask = seen[:, None, :] | (slot_ok[:, None, :] & causal[None])  # [R, T, S]
+        keep = ok[:, None, :, None]  # [R, 1, T, 1]
 
-        def attend(cache, q, k, v):  # the prompt attends to itself; k, v [R, K, P, H] fill slots [0, P)
-            stored = tuple(jax.lax.dynamic_update_slice(buf, new[:, None].astype(buf.dtype), (0, c, 0, 0, 0))
-                           for buf, new in zip(cache, (k, v)))
-            return primitives.grouped_query_attention(q, k, v, mask), stored
+        def attend(cache, q, k, v):  # k, v [R, K, T, H] go to slots [start, start + T) where valid
+            stored = tuple(
+                jax.lax.dynamic_update_slice(
+                    buf, jnp.where(keep, new.astype(buf.dtype), buf[:, :, start:start + length]), (0, 0, start, 0))
+                for buf, new in zip(cache, (k, v)))
+            return primitives.grouped_query_attention(q, *(b.astype(q.dtype) for b in stored), mask), stored
 
         updated = []
-        for layer, cache in zip(params["layers"], caches):
+        for layer, cache in zip(params["layers"], layer_caches):
             x, cache = primitives.decoder_layer(cfg, layer, x, cos, sin, functools.partial(attend, cache), constrain)
             updated.append(cache)
-        return tuple(updated), _final_logits(cfg, params, x)
+        return None, (tuple(updated), _final_logits(cfg, params, x))
 
-    caches = new_caches(cfg, (rows, chunks), cache_len, constrain, ("batch", None))  # [R, C, K, S, H]
-    xs = (jnp.arange(chunks), by_chunk(tokens), by_chunk(positions), by_chunk(prompt_mask.astype(bool)))
-    caches, last_logits = jax.lax.scan(chunk_body, caches, xs)  # last_logits [C, R, V]
-    caches = tuple(tuple(constrain(a.reshape(batch, *a.shape[2:]), CACHE_AXES) for a in layer) for layer in caches)
-    last_logits = last_logits.swapaxes(0, 1).reshape(batch, -1)  # [B, V]
-    return caches, constrain(last_logits, ("batch", "vocab"))
+    xs = (jax.tree.map(by_chunk, caches), by_chunk(tokens), by_chunk(positions), by_chunk(valid.astype(bool)),
+          by_chunk(context.astype(bool)))
+    _, (caches, last_logits) = jax.lax.scan(chunk_body, None, xs)  # caches [C, R, K, S, H], logits [C, R, V]
+    unchunk = lambda a: a.swapaxes(0, 1).reshape(batch, *a.shape[2:])  # noqa: E731
+    caches = tuple(tuple(constrain(unchunk(a), CACHE_AXES) for a in layer) for layer in caches)
+    return caches, constrain(unchunk(last_logits), ("batch", "vocab"))
 
 
 def write_prompt_rows(caches: Caches, prompt_caches: Caches, rows: jax.Array) -> Caches:
