@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import weakref
 from typing import Any, Sequence
 
 import jax
@@ -30,6 +31,7 @@ from genenv_jax.models import lora
 from genenv_jax.parallel import BATCH_AXES, MeshConfig, logical_to_spec, make_mesh
 from genenv_jax.sampling.buckets import Buckets, bucket_size
 from genenv_jax.sampling.inputs import PromptBatch, SamplerParams
+from genenv_jax.sampling.prefix_cache import PrefixCache, PrefixCacheConfig
 from genenv_jax.sampling.programs import CallPrograms
 from genenv_jax.sampling.refill import SelectOptions
 from genenv_jax.sampling.scheduler import SlotStats, run_queue
@@ -72,6 +74,21 @@ class SampleOutput:
         return cls(tokens=tokens, logprobs=np.zeros(tokens.shape, np.float32),
                    lengths=np.asarray([len(r) for r in rows], np.int32), finish_reasons=reasons)
 
+    def closed(self, end_id: int) -> "SampleOutput":
+        """The output with every row cut by its cap ("length") ended by `end_id` (logprob 0) and
+        counted as stopped: how a reply cut short is closed so the conversation renders on (the
+        evaluation's episodes, the rollout benchmark's random-weight agents)."""
+        cut = [i for i, r in enumerate(self.finish_reasons) if r != FINISH_STOP]
+        width = self.tokens.shape[1] + (1 if cut else 0)
+        tokens = np.zeros((len(self.lengths), width), np.int32)
+        logprobs = np.zeros(tokens.shape, np.float32)
+        tokens[:, :self.tokens.shape[1]], logprobs[:, :self.tokens.shape[1]] = self.tokens, self.logprobs
+        lengths = self.lengths.copy()
+        tokens[cut, lengths[cut]] = end_id
+        lengths[cut] += 1
+        return dataclasses.replace(self, tokens=tokens, logprobs=logprobs, lengths=lengths,
+                                   finish_reasons=(FINISH_STOP,) * len(lengths))
+
     def token_lists(self) -> list[list[int]]:
         return [row[:n].tolist() for row, n in zip(self.tokens, self.lengths)]
 
@@ -111,7 +128,8 @@ class Sampler:
 
     def __init__(self, cfg: ModelConfig, mesh: Mesh | None = None, *, buckets: Buckets | None = None,
                  prefill_chunk_tokens: int = 16384, steps_per_sync: int | None = None, pad_id: int = 0,
-                 refill_rows: int | None = None, compact: bool = True):
+                 refill_rows: int | None = None, compact: bool = True,
+                 prefix_cache: PrefixCacheConfig | None = PrefixCacheConfig()):
         self.cfg = cfg
         self.mesh = make_mesh() if mesh is None else mesh
         self.buckets = Buckets() if buckets is None else buckets
@@ -130,6 +148,8 @@ class Sampler:
             raise ValueError(f"refill_rows must be an int >= 1, got {refill_rows!r}")
         self.refill_rows = refill_rows
         self.compact = bool(compact)
+        self.prefix_cache = prefix_cache if prefix_cache is not None and prefix_cache.enabled else None
+        self._pools: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # SamplerParams -> PrefixCache
         self.batch_shards = math.prod(self.mesh.shape[a] for a in BATCH_AXES)
         self._programs: dict[tuple, Any] = {}
 
@@ -175,6 +195,23 @@ class Sampler:
             jitted = jax.jit(fn, in_shardings=in_shardings, out_shardings=out_shardings, donate_argnums=donate)
             self._programs[key] = jitted.lower(*args).compile()
         return self._programs[key]
+
+    def prefix_pool(self, params: SamplerParams) -> PrefixCache | None:
+        """The prefix pool of these placed params (None with reuse off): created empty on first use,
+        dropped with the params (keys of other weights would be wrong)."""
+        if self.prefix_cache is None:
+            return None
+        if params not in self._pools:
+            self._pools[params] = PrefixCache(self.prefix_cache)
+        return self._pools[params]
+
+    def new_pool(self, tokens: int):
+        """Zeroed pool buffers, per layer (k, v) [F, K, H] in the compute dtype, kv heads over tensor."""
+        cfg = self.cfg
+        shape = (tokens, cfg.num_kv_heads, cfg.head_dim)
+        sharding = self.sharding((None, "kv_heads", None), shape)
+        zeros = jax.jit(lambda: jnp.zeros(shape, cfg.jnp_dtype), out_shardings=sharding)
+        return tuple((zeros(), zeros()) for _ in range(cfg.num_layers))
 
     def prepare_params(self, params: Any, adapters: Any = None) -> SamplerParams:
         """Places model params for this sampler (reshards from another mesh; one layer at a time,
@@ -246,7 +283,7 @@ class Sampler:
     # ----- running -----
     def run(self, params: SamplerParams, batch: PromptBatch, *, slots: int | None = None,
             sampling: SamplingParams = SamplingParams(), seed: int = 0, stop_tokens: Sequence[int] = (),
-            timed: bool = False) -> tuple[DecodeState, SlotStats, CallPrograms]:
+            timed: bool = False, retain: bool = False) -> tuple[DecodeState, SlotStats, CallPrograms]:
         """Decodes every prompt of `batch` on `slots` slots (see `generate`). Returns the final device
         state (results by prompt index, bucketed), the slot stats (with per-program seconds, blocking
         after each program, when `timed`) and the call's programs (`results` reads the outputs)."""
@@ -263,7 +300,8 @@ class Sampler:
                    np.float32(sampling.top_p))
         num_slots = self.num_slots(batch.num_rows, slots)
         programs = CallPrograms(self, params, batch, slots=num_slots, stop_ids=stop_ids, scalars=scalars,
-                                select=SelectOptions(greedy=greedy, top_k=top_k, use_top_p=use_top_p))
+                                select=SelectOptions(greedy=greedy, top_k=top_k, use_top_p=use_top_p),
+                                cache=self.prefix_pool(params), retain=retain)
         refill_rows = self.refill_rows or max(1, num_slots // 16)
         b = self.buckets
         window_bucket = functools.partial(bucket_size, buckets=b.new_tokens, minimum=b.min_new_tokens,
@@ -271,25 +309,28 @@ class Sampler:
         state, stats = run_queue(programs, batch.caps, slots=num_slots, refill_rows=refill_rows,
                                  steps_per_sync=self.steps_per_sync, bucket=window_bucket,
                                  refill_bucket=programs.refill_bucket, compact=self.compact, timed=timed)
+        stats.prefill = programs.counts
         return state, stats, programs
 
     # ----- public entry points -----
     def generate(self, params: Any, prompts: Sequence[Sequence[int]], *, max_new_tokens: int | Sequence[int],
                  temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
                  stop_tokens: Sequence[int] = (), include_stop_token: bool = True,
-                 slots: int | None = None) -> SampleOutput:
+                 slots: int | None = None, retain: bool = False) -> SampleOutput:
         """Generates a continuation for every prompt (a list of token ids). See `SampleOutput`.
 
         max_new_tokens: one cap, or one per prompt. slots: how many prompts decode at once (default:
         all of them); with fewer slots than prompts, finished slots are refilled from the queue.
         A prompt's tokens do not depend on `slots` (greedy: the same computation; sampled: each
         prompt draws from its own stream, keyed by the seed and its index in `prompts`).
+        retain: keep each prompt + response in the params' prefix pool, so a later call whose
+        prompts extend them (the next turn of an episode) prefills only what was added.
         """
         sampling_params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
         params = self.prepare_params(params)
         batch = self.prepare_prompts(prompts, max_new_tokens)
         state, stats, programs = self.run(params, batch, slots=slots, sampling=sampling_params, seed=seed,
-                                          stop_tokens=stop_tokens)
+                                          stop_tokens=stop_tokens, retain=retain)
         out = programs.results(state)
         del state  # the cache buffers go with it
         width = int(batch.caps.max())
@@ -305,7 +346,9 @@ class Sampler:
 
 
 @functools.lru_cache(maxsize=8)
-def _shared_sampler(cfg: ModelConfig, mesh: Mesh, pad_id: int) -> Sampler:
+def shared_sampler(cfg: ModelConfig, mesh: Mesh, pad_id: int = 0) -> Sampler:
+    """One `Sampler` per (cfg, mesh, pad_id) for the process, so one-call users share its compiled
+    programs (`generate`, the evaluation's GenerateFn)."""
     return Sampler(cfg, mesh, pad_id=pad_id)
 
 
@@ -333,4 +376,4 @@ def generate(cfg: ModelConfig, params: Any, prompts: Sequence[Sequence[int]], *,
     `Sampler.generate` (temperature, top_k, top_p, seed, stop_tokens, include_stop_token, slots).
     """
     mesh = params_mesh(params) if mesh is None else mesh
-    return _shared_sampler(cfg, mesh, pad_id).generate(params, prompts, max_new_tokens=max_new_tokens, **kwargs)
+    return shared_sampler(cfg, mesh, pad_id).generate(params, prompts, max_new_tokens=max_new_tokens, **kwargs)

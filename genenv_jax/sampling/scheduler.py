@@ -7,6 +7,8 @@ A call's prompts form a FIFO queue. The scheduler alternates compiled device pro
   resize  - cut or grow the cache window W before a segment that needs another size,
   compact - once the queue is empty, gather the live rows into a smaller slot bucket whenever
             they fit in half the current slots, so the drain computes only about the live rows,
+  retire  - after each segment, hand the rows that finished in it to the prefix pool (when the
+            call retains its sequences: `prefix_cache.py`) before a refill or compaction drops them,
 and reads back only the slots' `done` / `steps` vectors between them (one small transfer per
 segment). Refilling between segments rather than inside the device loop keeps every program's
 shapes static: the prefill of R rows and the window W are compile-time sizes of their programs
@@ -25,6 +27,8 @@ from typing import Any, Callable, Protocol
 
 import jax
 import numpy as np
+
+from genenv_jax.sampling.prefix_cache import PrefillCounts
 
 
 @dataclasses.dataclass
@@ -58,6 +62,7 @@ class SlotStats:
     decode_s: float = 0.0
     resize_s: float = 0.0
     compact_s: float = 0.0
+    prefill: PrefillCounts = dataclasses.field(default_factory=PrefillCounts)
 
     @property
     def slot_use(self) -> float:
@@ -80,6 +85,7 @@ class SlotPrograms(Protocol):
     def decode(self, state: Any, refill_at: int) -> Any: ...
     def resize(self, state: Any, window: int) -> Any: ...
     def compact(self, state: Any, rows: np.ndarray) -> Any: ...  # slot i <- slot rows[i]
+    def retire(self, state: Any, slots: np.ndarray, prompt_ids: np.ndarray, steps: np.ndarray) -> None: ...
     def poll(self, state: Any) -> tuple[np.ndarray, np.ndarray, int]: ...  # done [B], steps [B], decode steps
 
 
@@ -126,6 +132,7 @@ def run_queue(programs: SlotPrograms, caps: np.ndarray, *, slots: int, refill_ro
     n = len(caps)
     stats, clock = SlotStats(slots=slots, slot_counts=(slots,)), _Clock(timed)
     done, steps, slot_caps = np.ones(slots, bool), np.zeros(slots, np.int64), np.zeros(slots, np.int64)
+    slot_prompt = np.zeros(slots, np.int64)
     started, state, window, current = 0, None, None, slots
     while True:
         # Start queued prompts in free slots (on the host side first: the window must fit them).
@@ -133,6 +140,7 @@ def run_queue(programs: SlotPrograms, caps: np.ndarray, *, slots: int, refill_ro
         take = rows_to_start(len(free), n - started, refill_bucket)
         starting, prompt_ids = free[:take], np.arange(started, started + take)
         done[starting], steps[starting], slot_caps[starting] = False, 1, caps[prompt_ids]
+        slot_prompt[starting] = prompt_ids
         new_window = choose_window(window, _window_need(steps, slot_caps, ~done, steps_per_sync), bucket)
         if state is None:
             state = programs.start(new_window)
@@ -153,7 +161,7 @@ def run_queue(programs: SlotPrograms, caps: np.ndarray, *, slots: int, refill_ro
             current = refill_bucket(len(live))
             keep = np.concatenate([live, np.nonzero(done)[0][:current - len(live)]])
             state = clock.time("compact_s", stats, programs.compact, state, keep)
-            done, steps, slot_caps = done[keep], steps[keep], slot_caps[keep]
+            done, steps, slot_caps, slot_prompt = done[keep], steps[keep], slot_caps[keep], slot_prompt[keep]
             stats.compactions, stats.slot_counts = stats.compactions + 1, stats.slot_counts + (current,)
             fit = shrink_fit(current, refill_bucket)
         # Decode until enough slots are free for the next refill (at least one more than now), or,
@@ -173,6 +181,8 @@ def run_queue(programs: SlotPrograms, caps: np.ndarray, *, slots: int, refill_ro
         stats.computed_row_steps += (decode_steps - stats.decode_steps) * current
         stats.decode_steps, stats.useful_tokens = decode_steps, stats.useful_tokens + tokens
         steps = steps.astype(np.int64)
+        finished = np.nonzero(ran & done)[0]
+        programs.retire(state, finished, slot_prompt[finished], steps[finished])
         if started == n and done.all():
             return state, stats
 
