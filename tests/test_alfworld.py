@@ -640,3 +640,16 @@ def test_constructor_checks():
         ALFWorldDomain(games={"valid_seen": 3})
     with pytest.raises(ValueError, match="games="):
         ALFWorldDomain(games={"train": -1})
+
+
+def test_transcripts_are_token_identical_with_prefix_reuse(domain, seeds, chat_text):
+    """Greedy episodes of a random tiny agent on the engine (every reply an unknown command, so
+    episodes run to the turn cap): the same tokens with and without the sampler's prefix pool, and
+    each turn prefills only what it added."""
+    from reuse_episodes import run_both, transcript_new_tokens
+
+    runs = run_both(domain, seeds[:2], chat_text)
+    (plain, plain_stats), (reused, stats) = runs["off"], runs["on"]
+    assert [e.tokens for e in plain] == [e.tokens for e in reused] and len(reused[0].turns) >= 4
+    assert [e.transcript for e in plain] == [e.transcript for e in reused]
+    assert stats.prefill.computed <= 1.1 * transcript_new_tokens(reused, 2) < plain_stats.prefill.computed

@@ -61,6 +61,10 @@ def test_tiny_preset_runs_the_loop_from_the_command_line(name, tmp_path):
     assert row["generated"] == sum(v for k, v in row.items() if k.startswith("rejected/")) + row["tasks"]
     assert row["replayed_tasks"] == 1 and row["agent/steps"] == 1 and "agent/loss" in row
     assert row["episodes/turns_mean"] >= 1
+    # A GRPO group's identical first prompts are prefilled once (prefix reuse).
+    assert 0 < row["sampler/prefill_computed_tokens"] < row["sampler/prefill_requested_tokens"]
+    assert row["sampler/prefill_reused_fraction"] > 0.3
+    assert row["simulator/prefill_computed_tokens"] <= row["simulator/prefill_requested_tokens"]
     assert (workdir / "checkpoints" / "0").is_dir() and (workdir / "summary.md").is_file()
 
 

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from genenv_jax.tools import tpu_memory as plan
@@ -229,5 +230,9 @@ def test_a_lora_plan_counts_adapters_their_moments_and_one_shared_base():
     assert phases["agent update: simulator state + agent reference + GRPO step peak"] == \
         s.state - result.shared_base + a.reference + a.step.peak
     assert a.reference == a.master  # bfcl:tiny warm-starts: the KL anchor is a copy of the warm-started adapters
-    assert phases["agent sampling: both states + sampler peak"] == a.state + s.state - a.base + a.sampler.peak
+    assert phases["agent sampling: both states + prefix pool + sampler peak"] == \
+        a.state + s.state - a.base + a.prefix_pool + a.sampler.peak
+    cfg = run.agent.model_config()  # per layer a K and a V [tokens, kv heads, head dim], compute dtype
+    assert a.prefix_pool == (run.agent.sampling.prefix_cache_tokens * cfg.num_layers * 2 * cfg.num_kv_heads
+                             * cfg.head_dim * np.dtype(cfg.jnp_dtype).itemsize) > 0
     assert a.step.args >= a.master + a.optimizer + a.base  # the base is an argument of the LoRA step

@@ -52,6 +52,10 @@ class SamplingSettings:
     max_prompt_len: int = setting(4096, "longer prompts are skipped and counted", minimum=1)
     batch_size: int = setting(64, "decode slots: every prompt of a call is queued and finished slots are refilled",
                               minimum=1)
+    prefix_cache_tokens: int = setting(65536, "tokens of keys/values the sampler keeps to skip prefills of shared "
+                                              "prompt prefixes and of earlier turns (0: off; docs/sampling.md)",
+                                       check=lambda v: None if v >= 0 and v % 16 == 0 else
+                                       "must be >= 0 and a multiple of 16")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -22,7 +22,7 @@ from genenv_jax.text import tokenization
 from genenv_jax.text.chat_text import ChatText
 from genenv_jax.domains.base import Message, ScoreResult, StepOutcome, Task, last_assistant_text
 from genenv_jax.episodes.environments import EnvFailure
-from genenv_jax.sampling import FINISH_STOP, SampleOutput
+from genenv_jax.sampling import FINISH_STOP, PrefillCounts, SampleOutput
 
 # sample(prompts, turn) -> one SampleOutput row per prompt, in order
 SampleFn = Callable[[list[list[int]], int], SampleOutput]
@@ -81,11 +81,13 @@ class Episode:
 
 @dataclasses.dataclass
 class EpisodeStats:
-    """What a batch of episodes cost: sampler and environment time, environment steps."""
+    """What a batch of episodes cost: sampler and environment time, environment steps, and the
+    sampler's prefill tokens over every turn (requested, computed, reused from its prefix pool)."""
 
     sample_s: float = 0.0
     env_s: float = 0.0
     env_steps: int = 0
+    prefill: PrefillCounts = dataclasses.field(default_factory=PrefillCounts)
 
     def metrics(self, episodes: Sequence[Episode]) -> dict[str, float | int | None]:
         ends = collections.Counter(e.end_reason for e in episodes)
@@ -97,6 +99,10 @@ class EpisodeStats:
             **{f"episodes/end/{reason}": count for reason, count in sorted(ends.items())},
             "time/env_wait_share": self.env_s / busy if busy > 0 else None,
             "env_steps_per_s": self.env_steps / self.env_s if self.env_s > 0 else None,
+            "sampler/prefill_requested_tokens": self.prefill.requested,
+            "sampler/prefill_computed_tokens": self.prefill.computed,
+            "sampler/prefill_reused_fraction": self.prefill.reused_fraction,
+            "sampler/prefix_unsaved_rows": self.prefill.unsaved,
         }
 
 
@@ -151,6 +157,8 @@ def run_episodes(tasks: Sequence[Task], n: int, envs, text: ChatText, caps: Epis
         t0 = time.perf_counter()
         out = sample([ep.prompt + ep.tokens for ep in live], turn)
         stats.sample_s += time.perf_counter() - t0
+        if out.stats is not None:
+            stats.prefill.add(out.stats.prefill)
         texts = []
         for ep, toks, lps, finish in zip(live, out.token_lists(), out.logprob_lists(), out.finish_reasons):
             agent_text = text.decode(toks)

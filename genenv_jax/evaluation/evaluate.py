@@ -26,7 +26,7 @@ from genenv_jax.domains.base import Domain, Task
 from genenv_jax.episodes import EpisodeCaps, open_environments, run_episodes
 from genenv_jax.models import ModelConfig
 from genenv_jax.parallel import is_writer
-from genenv_jax.sampling import FINISH_LENGTH, FINISH_STOP, SampleOutput, generate
+from genenv_jax.sampling import FINISH_LENGTH, FINISH_STOP, SampleOutput, params_mesh, shared_sampler
 
 # (prompts, max_new_tokens) -> generated ids per prompt, ending before the first stop token.
 GenerateFn = Callable[[Sequence[Sequence[int]], int], list[list[int]]]
@@ -50,10 +50,15 @@ def truncate_at_stop(ids: Sequence[int], stop_tokens: Sequence[int]) -> list[int
 def make_generate_fn(cfg: ModelConfig, params: Any, stop_tokens: Sequence[int], pad_id: int,
                      slots: int | None = None) -> GenerateFn:
     """A greedy GenerateFn on the KV-cache sampler (one compiled program per shape bucket); `slots`
-    prompts decode at once, refilled from the rest (greedy tokens do not depend on it)."""
+    prompts decode at once, refilled from the rest (greedy tokens do not depend on it). The params
+    are placed once and every call retains its sequences in the sampler's prefix pool, so a
+    multi-turn episode's next turn prefills only what the environment added (docs/sampling.md)."""
+    sampler = shared_sampler(cfg, params_mesh(params), pad_id)
+    placed = sampler.prepare_params(params)
+
     def fn(prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
-        out = generate(cfg, params, [list(p) for p in prompts], max_new_tokens=max_new_tokens, pad_id=pad_id,
-                       temperature=0.0, stop_tokens=list(stop_tokens), seed=0, slots=slots)
+        out = sampler.generate(placed, [list(p) for p in prompts], max_new_tokens=max_new_tokens, temperature=0.0,
+                               stop_tokens=list(stop_tokens), seed=0, slots=slots, retain=True)
         return [truncate_at_stop(row, stop_tokens) for row in out.token_lists()]
     return fn
 

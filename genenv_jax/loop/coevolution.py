@@ -47,7 +47,7 @@ from genenv_jax.workdir.checkpoint_digests import tree_digest
 from genenv_jax.workdir.metrics import MetricsWriter, plot_curves, read_metrics, summary_table, truncate_metrics
 from genenv_jax.parallel import barrier, broadcast_object, check_same_on_all, is_writer, make_mesh
 from genenv_jax.configs.run_config import RunConfig
-from genenv_jax.sampling import Sampler
+from genenv_jax.sampling import PrefixCacheConfig, Sampler
 from genenv_jax.workdir.lock import WorkdirLock, WorkdirLockedError
 
 POOLS = ("d_train", "d_env", "static_tasks")
@@ -74,9 +74,11 @@ class CoEvolution:
 
         def policy(settings, sft_lr: float | None = warm_lr) -> Policy:
             cfg = settings.model_config().replace(param_dtype=settings.param_dtype)
-            if cfg not in samplers:  # policies of one shape share compiled programs
-                samplers[cfg] = Sampler(cfg, self.mesh, pad_id=text.pad_id)
-            return build_policy(settings, self.mesh, samplers[cfg], warmstart_lr=sft_lr)
+            pool = settings.sampling.prefix_cache_tokens
+            if (cfg, pool) not in samplers:  # policies of one shape share compiled programs
+                samplers[cfg, pool] = Sampler(cfg, self.mesh, pad_id=text.pad_id,
+                                              prefix_cache=PrefixCacheConfig(tokens=pool))
+            return build_policy(settings, self.mesh, samplers[cfg, pool], warmstart_lr=sft_lr)
 
         self.agent = policy(config.agent)
         self.simulator = policy(config.simulator)
@@ -244,7 +246,8 @@ class CoEvolution:
         generated = len(gens) if self.mode.counts_generations else None
         return records.epoch_metrics(gens=gens, generated=generated, groups=groups, scores=scores,
                                      replayed=len(replay), times=times) | episode_stats.metrics(
-            episodes) | dict(counters) | sampling_metrics | agent_metrics | simulator_metrics | world_metrics | heldout
+            episodes) | dict(counters) | sampling_metrics | agent_metrics | simulator_metrics | world_metrics | heldout | {
+            "sampler/compiled_programs": len(self.agent.sampler.compiled_programs)}  # so far, this process
 
     @staticmethod
     def _update_seed_stats(state: LoopState, scores, variances: dict[str, float]) -> None:

@@ -44,15 +44,16 @@ class HeldOut:
             return {}
         ctx, s = self.ctx, self.agent.settings.sampling
         placed = self.agent.place(weights)
+        caps = episode_caps(ctx, self.agent)
 
         def greedy(prompts, turn):
             return self.agent.sampler.generate(placed, prompts, max_new_tokens=s.max_new_tokens, temperature=0.0,
-                                               stop_tokens=ctx.text.stop_ids, slots=s.batch_size)
+                                               stop_tokens=ctx.text.stop_ids, slots=s.batch_size,
+                                               retain=caps.max_turns > 1)
 
         counters: collections.Counter = collections.Counter()
         with ctx.progress(len(self.tasks), "held-out", unit="episode") as bar:
-            groups, _ = run_episodes(self.tasks, 1, self.environments, ctx.text, episode_caps(ctx, self.agent),
-                                     greedy, counters, bar)
+            groups, _ = run_episodes(self.tasks, 1, self.environments, ctx.text, caps, greedy, counters, bar)
         reward = {g[0].task.task_id: g[0].reward for g in groups}  # skipped tasks (prompt too long) score 0
         by_category: dict[str, list[float]] = collections.defaultdict(list)
         for t in self.tasks:

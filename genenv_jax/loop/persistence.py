@@ -82,6 +82,8 @@ def load_state(checkpointer: Checkpointer, targets: Mapping[str, PolicyState],
 # Mesh shape, micro-batches and sampler batch size change memory use and speed, not the algorithm.
 SAFE_TO_CHANGE = ("epochs", "allow_config_change", "log.", "checkpoint.", "mesh.", "preset_name",
                   "agent.sampling.batch_size", "simulator.sampling.batch_size",
+                  "agent.sampling.prefix_cache_tokens", "simulator.sampling.prefix_cache_tokens",
+                  "experience.sampling.prefix_cache_tokens",
                   "agent.train.micro_batches", "simulator.train.micro_batches", "episodes.env_workers",
                   "warmstart.cache_dir", "evaluation.")
 

@@ -135,15 +135,16 @@ class Policy:
         return self.sampler.prepare_params(weights.params)
 
     def sample(self, weights: PolicyState | SamplerParams, prompts: Sequence[Sequence[int]], seed: int,
-               stop_tokens: Sequence[int], progress=None) -> SampleOutput:
+               stop_tokens: Sequence[int], progress=None, retain: bool = False) -> SampleOutput:
         """Samples every prompt in one sampler call on `sampling.batch_size` slots (finished slots are
-        refilled from the queue); results in prompt order."""
+        refilled from the queue); results in prompt order. `retain`: keep the sequences in the
+        sampler's prefix pool for the next turn (multi-turn episodes)."""
         s = self.settings.sampling
         if not prompts:
             return _empty_output(s.max_new_tokens)
         out = self.sampler.generate(self.place(weights), prompts, max_new_tokens=s.max_new_tokens,
                                     temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, seed=seed,
-                                    stop_tokens=stop_tokens, slots=s.batch_size)
+                                    stop_tokens=stop_tokens, slots=s.batch_size, retain=retain)
         if progress is not None:
             progress.update(len(prompts))
         return out

@@ -51,11 +51,13 @@ def rollouts(ctx: LoopContext, agent: Policy, weights, envs, tasks: Sequence[Tas
     `weights`: the agent's PolicyState (or SamplerParams already placed)."""
     n = ctx.config.rollouts_per_task
     placed = agent.place(weights)  # once for every turn
+    caps = episode_caps(ctx, agent)
 
-    def sample(prompts, turn):
-        return agent.sample(placed, prompts, rollout_seed(ctx, epoch, turn, refill_round), ctx.text.stop_ids)
+    def sample(prompts, turn):  # multi-turn: each turn's sequences stay in the prefix pool for the next
+        return agent.sample(placed, prompts, rollout_seed(ctx, epoch, turn, refill_round), ctx.text.stop_ids,
+                            retain=caps.max_turns > 1)
 
     what = f"refill {refill_round}" if refill_round else "agent episodes"
     with ctx.progress(len(tasks) * n, f"epoch {epoch}: {what}", unit="episode") as bar:
-        groups, stats = run_episodes(tasks, n, envs, ctx.text, episode_caps(ctx, agent), sample, counters, bar)
+        groups, stats = run_episodes(tasks, n, envs, ctx.text, caps, sample, counters, bar)
     return [RolloutGroup(g[0].task, g, replayed[g[0].episode_id // n]) for g in groups], stats

@@ -93,6 +93,9 @@ class TaskGenerator:
             meta.append((seed, direction))
         with ctx.progress(len(prompts), f"epoch {epoch}: simulator") as bar:
             out = self.simulator.sample(weights, prompts, ctx.seed(epoch, STREAM_GENERATE), ctx.text.stop_ids, bar)
+        if out.stats is not None:  # the simulator's prompts share their instructions: prefilled once
+            counters["simulator/prefill_requested_tokens"] += out.stats.prefill.requested
+            counters["simulator/prefill_computed_tokens"] += out.stats.prefill.computed
         gens = []
         for (seed, direction), prompt, toks, lps in zip(meta, prompts, out.token_lists(), out.logprob_lists()):
             text = ctx.text.decode(toks)

@@ -222,6 +222,7 @@ class PolicyMemory:
     step: ProgramMemory
     sampler: ProgramMemory
     base: int = 0        # LoRA: the frozen base in param_dtype (an argument of the update step)
+    prefix_pool: int = 0  # the sampler's prefix pool (keys/values kept between prefills), during sampling
 
     @property
     def state(self) -> int:
@@ -253,8 +254,9 @@ class Plan:
                  s.state - shared + a.reference + a.step.peak),
                 ("simulator update: agent state + simulator reference + RWR step peak",
                  a.state - shared + s.reference + s.step.peak),
-                ("agent sampling: both states + sampler peak", self.held + a.sampler.peak),
-                ("simulator sampling: both states + sampler peak", self.held + s.sampler.peak)]
+                ("agent sampling: both states + prefix pool + sampler peak", self.held + a.prefix_pool + a.sampler.peak),
+                ("simulator sampling: both states + prefix pool + sampler peak",
+                 self.held + s.prefix_pool + s.sampler.peak)]
 
     @property
     def peak(self) -> int:
@@ -362,8 +364,17 @@ class Measurer:
         return PolicyMemory(
             name=name, rule=p.rule, knobs=knobs, master=master, reference=master if needs_reference else 0,
             optimizer=optimizer, sampling_copy=copy, step_shape=step_shape, sampler_shape=s_shape, base=base,
+            prefix_pool=prefix_pool_bytes(sampler_cfg, p.sampling.prefix_cache_tokens, mesh[2]),
             step=self.step(name, mesh, knobs.micro_batches, knobs.remat_policy, step_shape) if with_programs else none,
             sampler=self.sampler(sampler_cfg, mesh, s_shape) if with_programs else none)
+
+
+def prefix_pool_bytes(cfg, tokens: int, tensor: int) -> int:
+    """Per-chip bytes of a prefix pool of `tokens` (`sampling/prefix_cache.py`): per layer a K and a V
+    buffer [tokens, kv heads, head dim] in the compute dtype, kv heads split over `tensor` where they
+    divide, replicated over data and fsdp."""
+    heads = cfg.num_kv_heads // tensor if cfg.num_kv_heads % tensor == 0 else cfg.num_kv_heads
+    return tokens * cfg.num_layers * 2 * heads * cfg.head_dim * np.dtype(cfg.jnp_dtype).itemsize
 
 
 def config_knobs(policy: PolicySettings) -> Knobs:

@@ -208,6 +208,7 @@ def policy_table(plan: Plan) -> str:
                 lambda m: _g(m.base)),
             row("state held all run (sum of the four)", lambda m: _g(m.state)),
             row("params: sampling copy (during its sampler calls)", lambda m: _g(m.sampling_copy)),
+            row("sampler prefix pool (during its sampler calls)", lambda m: _g(m.prefix_pool)),
             row("update step: batch", step_text),
             row("update step: temp / peak", lambda m: f"{_g(m.step.temp)} / {_g(m.step.peak)}"),
             row("sampler call: slots x (prompt + new tokens)",
