@@ -42,11 +42,8 @@ max(longest row's steps, useful tokens / slots)). Example (CPU):
 from __future__ import annotations
 
 import argparse
-import datetime
 import functools
 import os
-import platform
-import shlex
 import sys
 import time
 
@@ -61,6 +58,7 @@ from genenv_jax.models import ModelConfig, init_params, param_shardings, preset 
 from genenv_jax.models.config import dtype_from_name  # noqa: E402
 from genenv_jax.parallel import MeshConfig, make_mesh  # noqa: E402
 from genenv_jax.sampling import Buckets, Sampler  # noqa: E402
+from run_header import print_header  # noqa: E402
 
 H200_BANDWIDTH = 4.24e12  # bytes/s, HBM3e
 H200_PEAK_FLOPS = 788e12  # bf16 matmul FLOP/s: the figure, ~80% of the 989e12 dense spec
@@ -345,23 +343,10 @@ def _hf_model(cfg: ModelConfig, device: str, attention: str, model_dir: str | No
     return model.eval()
 
 
-def _host_description() -> str:
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
-    except OSError:
-        pass
-    return f"{platform.node()}, {model}, {os.cpu_count()} CPUs"
-
-
 def main(argv=None) -> None:
     args = parse_args(argv)
     dtype_from_name(args.dtype)
-    print(f"command: {' '.join(shlex.quote(a) for a in [sys.executable, *sys.argv])}")
-    print(f"date:    {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}")
-    print(f"machine: {_host_description()}; jax {jax.__version__}; devices: {jax.devices()} "
-          f"({jax.devices()[0].device_kind})")
+    print_header()
     model_path, name = None, args.preset
     if args.model_dir:
         from genenv_jax.data.model_sources import resolve_model_source
