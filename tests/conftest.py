@@ -37,7 +37,7 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 # order (`--no-loadscope-reorder`; xdist's default order, most tests first, put the 4-test
 # multi-process file last, where it ran alone for the suite's last ~5 minutes).
 FIRST_FILES = ("test_multiprocess.py", "test_study.py", "test_benchmark_loops.py", "test_notebook.py", "test_loop.py",
-               "test_alfworld.py", "test_alfworld_loop.py", "test_dreamgym_loop.py")
+               "test_alfworld.py", "test_alfworld_loop.py", "test_dreamgym_loop.py", "test_prefix_reuse.py")
 
 
 def pytest_addoption(parser):

@@ -28,7 +28,8 @@ def micro_config():
     for p in (c.agent, c.simulator):
         p.preset = "micro"
         p.remat_policy = "full"  # the search's least-memory remat: one compile finds a fitting plan
-        p.sampling.update(max_prompt_len=64, max_new_tokens=16, batch_size=8)
+        p.sampling.update(max_prompt_len=64, max_new_tokens=16, batch_size=8,
+                          prefix_cache_tokens=256)  # small: the tests squeeze the update phases
     c.agent.train.tasks_per_step = 2      # x 4 rollouts = 8 rows: 2 per device on 4 chips
     c.simulator.train.tasks_per_step = 4  # 4 rows: 1 per device
     return c
