@@ -228,15 +228,15 @@ def test_flights_csv_and_unverifiable_flights(tmp_path):
     with_csv = Database.load(root)
     assert with_csv.has_flights and with_csv.flights(query.org, query.dest, query.date[0])
     bare = dataclasses.replace(query, reference_information=None)
-    assert evaluate_plan(bare, plan, with_csv).final_pass
+    assert evaluate_plan(bare, plan, with_csv, "strict").final_pass
     assert total_cost(bare, plan, with_csv) == total_cost(query, plan, db)
-    unknown = evaluate_plan(bare, plan, db)  # no flights CSV, no reference information
+    unknown = evaluate_plan(bare, plan, db, "strict")  # no flights CSV, no reference information
     assert unknown.commonsense["within_sandbox"] and failed(unknown) == {"budget"}
     assert unknown.unverified == ("budget",) and "not verifiable" in unknown.reasons["budget"]
     swapped = [dict(day) for day in plan]
     swapped[0]["transportation"] = swapped[0]["transportation"].replace("F3573659", "F0000001")
-    assert failed(evaluate_plan(query, swapped, db)) == {"within_sandbox", "budget"}
-    assert failed(evaluate_plan(bare, swapped, with_csv)) == {"within_sandbox", "budget"}
+    assert failed(evaluate_plan(query, swapped, db, "strict")) == {"within_sandbox", "budget"}
+    assert failed(evaluate_plan(bare, swapped, with_csv, "strict")) == {"within_sandbox", "budget"}
 
 
 # ----------------------------------------------------------------------------- perturbations
@@ -435,13 +435,13 @@ GATING = {"within_sandbox", "complete_information"}
 def check_perturbations(db, cases) -> dict[str, int]:
     applied = dict.fromkeys(perturb.__name__ for perturb in PERTURBATIONS)
     for query, plan in cases:
-        assert failed(evaluate_plan(query, plan, db)) == set()
+        assert failed(evaluate_plan(query, plan, db, "strict")) == set()
         for perturb, target in PERTURBATIONS.items():
             result = perturb(query, plan, db)
             if result is None:
                 continue
             changed_query, changed_plan = result
-            verdict = evaluate_plan(changed_query, changed_plan, db)
+            verdict = evaluate_plan(changed_query, changed_plan, db, "strict")
             expected = {target} | (set(applicable_hard_checks(changed_query)) if target in GATING else set())
             assert failed(verdict) == expected, (perturb.__name__, query.text[:60], verdict.reasons)
             assert verdict.reasons.get(target)
@@ -458,7 +458,7 @@ def test_perturbations_fail_exactly_their_check_on_the_fixtures():
 @needs_shared
 def test_gold_training_plans_pass_and_perturbations_fail_exactly_their_check(shared_gold):
     db, cases = shared_gold
-    verdicts = [evaluate_plan(query, plan, db) for query, plan in cases]
+    verdicts = [evaluate_plan(query, plan, db, "strict") for query, plan in cases]
     for index, verdict in enumerate(verdicts):
         assert failed(verdict) == ({FLAWED_GOLD[index]} if index in FLAWED_GOLD else set()), verdict.reasons
         assert all(verdict.hard[name] is True for name in applicable_hard_checks(cases[index][0]))
@@ -486,34 +486,34 @@ def test_metric_table_follows_the_definitions():
     assert table["hard_micro"] == pytest.approx(3 / 7) and table["hard_macro"] == 0.25
     assert table["final_pass_rate"] == 0.25 and table["budget_unverifiable"] == 1 and table["hard_checks"] == 7
     db, cases = fixture_cases()
-    assert evaluate_plan(cases[0][0], None, db).delivered is False
+    assert evaluate_plan(cases[0][0], None, db, "strict").delivered is False
 
 
 def test_cli_on_the_fixtures(capsys, tmp_path):
     details = tmp_path / "verdicts.jsonl"
-    assert cli.main(["--data_dir", str(FIXTURES), "--plans", str(FIXTURES / "plans.jsonl"),
+    assert cli.main(["--scoring", "strict", "--data_dir", str(FIXTURES), "--plans", str(FIXTURES / "plans.jsonl"),
                      "--queries", str(FIXTURES / "queries.csv"), "--details", str(details), "--json"]) == 0
     table = json.loads(capsys.readouterr().out)
     assert table["by_level"]["hard"]["plans"] == 2 and table["by_level"]["easy"]["final_pass_rate"] == 1.0
     assert table["final_pass_rate"] == 1.0 and table["plans"] == 5 and table["hard_checks"] == 13
     assert len(details.read_text().splitlines()) == 5
-    assert cli.main(["--data_dir", str(FIXTURES / "database"), "--plans", str(FIXTURES / "plans.jsonl")]) == 0
+    assert cli.main(["--scoring", "strict", "--data_dir", str(FIXTURES / "database"), "--plans", str(FIXTURES / "plans.jsonl")]) == 0
     out = capsys.readouterr().out
     # no reference information: the 3 flight plans' budgets cannot be verified and do not pass
     assert re.search(r"Final pass rate +40\.00%", out) and re.search(r"budgets not verifiable \(failed\) +3\n", out)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"idx": 1, "plan": null}\n{"idx": 2}\n')
-    assert cli.main(["--data_dir", str(FIXTURES), "--plans", str(bad)]) == 2
+    assert cli.main(["--scoring", "strict", "--data_dir", str(FIXTURES), "--plans", str(bad)]) == 2
     assert "bad.jsonl:2" in capsys.readouterr().err
 
 
 def test_cli_split_reads_the_official_layout(capsys, tmp_path):
     shutil.copytree(FIXTURES / "database", tmp_path / "database")
     shutil.copy(FIXTURES / "queries.csv", tmp_path / "validation.csv")
-    assert cli.main(["--data_dir", str(tmp_path), "--plans", str(FIXTURES / "plans.jsonl"), "--split",
+    assert cli.main(["--scoring", "strict", "--data_dir", str(tmp_path), "--plans", str(FIXTURES / "plans.jsonl"), "--split",
                      "validation", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["hard_checks"] == 13
-    assert cli.main(["--data_dir", str(tmp_path), "--plans", str(FIXTURES / "plans.jsonl"), "--split", "test"]) == 2
+    assert cli.main(["--scoring", "strict", "--data_dir", str(tmp_path), "--plans", str(FIXTURES / "plans.jsonl"), "--split", "test"]) == 2
     assert "test.csv" in capsys.readouterr().err
 
 
@@ -521,7 +521,7 @@ def test_cli_split_reads_the_official_layout(capsys, tmp_path):
                                   [{"total_estimated_costs": 9}], "Day 1: go somewhere"])
 def test_undeliverable_plans_are_judged_not_raised(plan):
     db, cases = fixture_cases()
-    verdict = evaluate_plan(cases[0][0], plan, db)
+    verdict = evaluate_plan(cases[0][0], plan, db, "strict")
     assert not verdict.delivered and verdict.reasons["delivery"]
     assert set(verdict.commonsense.values()) == {False} and not verdict.final_pass
 
@@ -530,22 +530,22 @@ def test_lenient_reading_of_submissions():
     db, cases = fixture_cases()
     query, plan = cases[0]
     renamed = [{("day" if key == "days" else key): value for key, value in day.items()} for day in plan]
-    assert evaluate_plan(query, renamed + [{"total_estimated_costs": 1}], db).final_pass
+    assert evaluate_plan(query, renamed + [{"total_estimated_costs": 1}], db, "strict").final_pass
     no_attraction = [{key: value for key, value in day.items() if key != "attraction"} for day in plan]
-    verdict = evaluate_plan(query, no_attraction, db)
+    verdict = evaluate_plan(query, no_attraction, db, "strict")
     assert failed(verdict) == {"complete_information", "budget"} and "'attraction'" in verdict.reasons[
         "complete_information"]
-    assert evaluate_plan(query, plan + plan, db).final_pass  # days past the query's are ignored
-    short = evaluate_plan(query, plan[:2], db)
+    assert evaluate_plan(query, plan + plan, db, "strict").final_pass  # days past the query's are ignored
+    short = evaluate_plan(query, plan[:2], db, "strict")
     assert "covers 2 of 3 days" in short.reasons["complete_information"]
     costed = _copy(plan)
     costed[1]["lunch"] += "; Cost: 20"
-    assert "within_sandbox" in failed(evaluate_plan(query, costed, db))
+    assert "within_sandbox" in failed(evaluate_plan(query, costed, db, "strict"))
 
 
 @needs_shared
 def test_cli_scores_the_180_validation_plans(capsys):
-    assert cli.main(["--data_dir", str(SHARED), "--plans", str(SHARED / "postprocess" / "example_evaluation.jsonl"),
+    assert cli.main(["--scoring", "strict", "--data_dir", str(SHARED), "--plans", str(SHARED / "postprocess" / "example_evaluation.jsonl"),
                      "--json"]) == 0
     table = json.loads(capsys.readouterr().out)
     assert {level: sub["plans"] for level, sub in table.pop("by_level").items()} == {

@@ -25,7 +25,7 @@ from genenv_jax.data.prepared import BenchmarkSource, DataMissing
 from genenv_jax.domains.travelplanner.plans import PlanError, validate_plan
 from genenv_jax.domains.travelplanner.queries import Query, QueryParseError, parse_query_text, query_from_row
 
-SOURCE_VERSION = "1.0.0"
+SOURCE_VERSION = "1.1.0"  # 1.1.0: annotated plans keep their inner whitespace
 SPLITS = ("train", "validation", "test")
 DATABASE_DIR = "database"
 FINETUNING_FILE = "finetuning_data/std_travelplanner.jsonl"
@@ -70,7 +70,7 @@ def _plan_or_none(value: Any, where: str) -> list | None:
     if isinstance(value, list) and value and isinstance(value[0], dict) and "org" in value[0]:
         value = value[1] if len(value) == 2 and isinstance(value[1], list) else value[1:]
     try:
-        return validate_plan(value) if value is not None else None
+        return validate_plan(value, collapse_spaces=False) if value is not None else None
     except PlanError as error:
         raise DataMissing(f"travelplanner: {where}: {error}") from None
 

@@ -2,7 +2,16 @@
 when the user's download has the 305 MB flights CSV), read once per directory with the csv module.
 
 Lookups match names exactly after collapsing whitespace and case (the official evaluator's substring
-match would accept "Subway" for "Subway Express"; an exact match is the stricter, documented choice).
+match would accept "Subway" for "Subway Express"; an exact match is the stricter, documented choice;
+`official.py` has the official match).
+
+Two views of the same files (`view`):
+- "official": the rows the benchmark's own loader keeps. Its tools read each CSV with pandas and
+  `dropna()`, which drops every row with a missing cell in any column (762 of the 5,047
+  accommodations, e.g. those with a blank "house_rules"). The official evaluator, the agent's tools and
+  the simulator's feasibility search must see the same rows, or a plan built from a dropped row is
+  judged "not in the sandbox" (`scoring="official"` uses this view).
+- "all": every row (a blank cell reads as None or ""), today's strict view (`scoring="strict"`).
 """
 
 from __future__ import annotations
@@ -21,6 +30,11 @@ DISTANCES = "googleDistanceMatrix/distance.csv"
 CITY_STATES = "background/citySet_with_states.txt"
 FLIGHTS = ("flights/clean_Flights_2022.csv", "flights/clean_flights_2022.csv")
 FLIGHT_COLUMNS = ("Flight Number", "Price", "DepTime", "ArrTime", "FlightDate", "OriginCityName", "DestCityName")
+VIEWS = ("official", "all")
+# The cell texts pandas.read_csv reads as missing by default (its STR_NA_VALUES): a row holding any of
+# them in any column is dropped by the official loader's dropna().
+PANDAS_NA_TEXTS = frozenset({"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND",
+                             "1.#QNAN", "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"})
 SELF_DRIVING_COST_PER_KM = 0.05  # the benchmark's GoogleDistanceMatrix tool: cost = int(km * 0.05)
 TAXI_COST_PER_KM = 1.0           # taxi: cost = int(km)
 
@@ -34,7 +48,15 @@ def normalise_name(name: str) -> str:
     return " ".join(str(name).split()).casefold()
 
 
-def _read_csv(path: Path, required: tuple[str, ...]) -> list[dict]:
+def has_missing_cell(row: dict) -> bool:
+    """Whether pandas would read some cell of this csv.DictReader row as missing (NaN)."""
+    return any(value is None or (isinstance(value, str) and value in PANDAS_NA_TEXTS) for value in row.values())
+
+
+def _read_csv(path: Path, required: tuple[str, ...], drop_missing: bool = False) -> list[dict]:
+    """Rows of a database CSV as dicts (the unnamed index column dropped). A short row (a truncated
+    file) or one with extra cells is an error naming the line; `drop_missing` drops rows with a
+    missing cell, as the official loader's dropna() does."""
     if not path.is_file():
         raise DatabaseError(f"TravelPlanner database file missing: {path}")
     with path.open(newline="", encoding="utf-8") as handle:
@@ -42,7 +64,19 @@ def _read_csv(path: Path, required: tuple[str, ...]) -> list[dict]:
         missing = [column for column in required if column not in (reader.fieldnames or [])]
         if missing:
             raise DatabaseError(f"{path}: missing column(s) {', '.join(missing)}")
-        return [{key: value for key, value in row.items() if key} for row in reader]
+        rows = []
+        for row in reader:
+            if None in row:
+                raise DatabaseError(f"{path}:{reader.line_num}: {len(reader.fieldnames) + len(row[None])} cells, "
+                                    f"the header has {len(reader.fieldnames)}")
+            if any(value is None for value in row.values()):
+                raise DatabaseError(f"{path}:{reader.line_num}: a short row (truncated file?): "
+                                    f"{sum(value is not None for value in row.values())} of "
+                                    f"{len(reader.fieldnames)} cells")
+            if drop_missing and has_missing_cell(row):
+                continue
+            rows.append({key: value for key, value in row.items() if key})
+        return rows
 
 
 def _number(value, path: Path, column: str) -> float | None:
@@ -69,25 +103,29 @@ def parse_distance_km(text: str) -> float | None:
 
 
 class Database:
-    """Read-only view of one TravelPlanner database directory (cached per resolved path)."""
+    """Read-only view of one TravelPlanner database directory (cached per resolved path and view)."""
 
-    def __init__(self, database_dir: Path):
-        self.root = Path(database_dir)
+    def __init__(self, database_dir: Path, view: str = "all"):
+        if view not in VIEWS:
+            raise ValueError(f"travelplanner database: view {view!r} not in {VIEWS}")
+        self.root, self.view = Path(database_dir), view
+        drop = view == "official"
         acc_path, res_path = self.root / ACCOMMODATIONS, self.root / RESTAURANTS
         accommodations = _read_csv(acc_path, ("NAME", "room type", "price", "minimum nights",
-                                              "house_rules", "maximum occupancy", "city"))
+                                              "house_rules", "maximum occupancy", "city"), drop)
         for row in accommodations:
             for column in ("price", "minimum nights", "maximum occupancy"):
                 row[column] = _number(row[column], acc_path, column)
-        restaurants = _read_csv(res_path, ("Name", "City", "Cuisines", "Average Cost"))
+        restaurants = _read_csv(res_path, ("Name", "City", "Cuisines", "Average Cost"), drop)
         for row in restaurants:
             row["Average Cost"] = _number(row["Average Cost"], res_path, "Average Cost")
-        attractions = _read_csv(self.root / ATTRACTIONS, ("Name", "City"))
+        attractions = _read_csv(self.root / ATTRACTIONS, ("Name", "City"), drop)
         self._accommodations = _by_city(accommodations, "city")
         self._restaurants = _by_city(restaurants, "City")
         self._attractions = _by_city(attractions, "City")
-        self._distances = {(row["origin"], row["destination"]): row for row in
-                           _read_csv(self.root / DISTANCES, ("origin", "destination", "duration", "distance"))}
+        self._distances: dict[tuple[str, str], dict] = {}
+        for row in _read_csv(self.root / DISTANCES, ("origin", "destination", "duration", "distance")):
+            self._distances.setdefault((row["origin"], row["destination"]), row)  # the first row, as upstream
         self.city_state: dict[str, str] = {}
         state_file = self.root / CITY_STATES
         if not state_file.is_file():
@@ -99,9 +137,10 @@ class Database:
         self._flight_path = next((self.root / name for name in FLIGHTS if (self.root / name).is_file()), None)
 
     @classmethod
-    def load(cls, database_dir) -> "Database":
-        """The database in `database_dir` (the folder holding accommodations/, attractions/, ...)."""
-        return _load_cached(str(Path(database_dir).resolve()))
+    def load(cls, database_dir, view: str = "all") -> "Database":
+        """The database in `database_dir` (the folder holding accommodations/, attractions/, ...), in
+        `view` "official" (the rows the benchmark's loader keeps) or "all"."""
+        return _load_cached(str(Path(database_dir).resolve()), view)
 
     @property
     def has_flights(self) -> bool:
@@ -118,6 +157,8 @@ class Database:
             if missing:
                 raise DatabaseError(f"{path}: missing column(s) {', '.join(missing)}")
             for row in reader:
+                if self.view == "official" and has_missing_cell(row):
+                    continue
                 key = (sys.intern(row["OriginCityName"]), sys.intern(row["DestCityName"]))
                 index.setdefault(key, []).append((
                     row["Flight Number"], _number(row["Price"], path, "Price"), sys.intern(row["DepTime"]),
@@ -184,5 +225,5 @@ def rooms_needed(people: int, occupancy: float) -> int:
 
 
 @functools.lru_cache(maxsize=4)
-def _load_cached(resolved_dir: str) -> Database:
-    return Database(Path(resolved_dir))
+def _load_cached(resolved_dir: str, view: str) -> Database:
+    return Database(Path(resolved_dir), view)

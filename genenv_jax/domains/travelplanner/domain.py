@@ -4,7 +4,9 @@ feasibility search over the database, the benchmark's evaluator as the verifier.
 Categories are the query levels (easy / medium / hard). `mode`: "sole_planning" (the query and its
 reference information, one reply: the plan) or "two_stage" (search tools, then the plan; at most
 `max_steps` replies). `reward`: "final_pass" (the benchmark's headline) or "constraint_fraction"
-(shaped: the share of checks passed). See docs/travelplanner.md.
+(shaped: the share of checks passed). `scoring`: "official" (the benchmark's own evaluation code,
+quirks included, on the rows its loader keeps: the agent's tools and the feasibility search see the
+same rows) or "strict" (the paper's definitions, every row). See docs/travelplanner.md.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from genenv_jax.domains.travelplanner.database import Database
 from genenv_jax.domains.travelplanner.episode import (DEFAULT_MAX_STEPS, REWARDS, TwoStageEnvironment, plan_of_turns,
                                                       score_plan)
 from genenv_jax.domains.travelplanner.feasibility import search
-from genenv_jax.domains.travelplanner.metrics import evaluate_plan
+from genenv_jax.domains.travelplanner.metrics import SCORINGS, evaluate_plan
 from genenv_jax.domains.travelplanner.plans import current_cities, normalise_plan
 from genenv_jax.domains.travelplanner.prompts import plan_json, read_plan, sole_planning_prompt, two_stage_prompt
 from genenv_jax.domains.travelplanner.queries import LEVELS
@@ -44,6 +46,9 @@ class TravelPlannerDomain(Domain):
       data_dir: the download (official layout, or the fine-tuning file alone: 'train' only).
       mode, reward, max_steps: see the module docstring. levels: the categories to serve.
       database_dir: the CSV database ("" -> data_dir/database). cache_dir: prepared-data cache.
+      scoring: "official" (default) or "strict", see the module docstring. also_scoring: "" or the
+        other scoring, whose counts the score details carry too (`metric/<scoring>/*`; the summary
+        then adds `<scoring>_<rate>`), for a report of both.
     """
 
     name = DOMAIN_NAME
@@ -51,7 +56,7 @@ class TravelPlannerDomain(Domain):
 
     def __init__(self, data_dir: str = "", mode: str = "sole_planning", reward: str = "final_pass",
                  max_steps: int = DEFAULT_MAX_STEPS, levels: Sequence[str] = LEVELS, database_dir: str = "",
-                 cache_dir: str = ""):
+                 cache_dir: str = "", scoring: str = "official", also_scoring: str = ""):
         if mode not in MODES:
             raise ValueError(f"travelplanner: mode {mode!r} not in {MODES}")
         if reward not in REWARDS:
@@ -61,6 +66,11 @@ class TravelPlannerDomain(Domain):
             raise ValueError(f"travelplanner: unknown levels {unknown}; expected a subset of {LEVELS}")
         if max_steps < 1:
             raise ValueError("travelplanner: max_steps must be positive")
+        if scoring not in SCORINGS:
+            raise ValueError(f"travelplanner: scoring {scoring!r} not in {SCORINGS}")
+        if also_scoring not in ("", *SCORINGS) or also_scoring == scoring:
+            raise ValueError(f"travelplanner: also_scoring {also_scoring!r} must be '' or the other of {SCORINGS}")
+        self.scoring, self.also_scoring = scoring, also_scoring
         self.data_dir, self.mode, self.reward, self.max_steps = str(data_dir), mode, reward, int(max_steps)
         self.levels, self.cache_dir = tuple(levels), cache_dir or None
         self._database_dir = database_dir
@@ -68,11 +78,17 @@ class TravelPlannerDomain(Domain):
     # ------------------------------------------------------------------ data
     @property
     def db(self) -> Database:
+        """The database in the scoring's view: the official loader's rows, or every row (strict). The
+        agent's tools, the feasibility search and the evaluator all read this one."""
+        return self.database(self.scoring)
+
+    def database(self, scoring: str) -> Database:
+        view = "official" if scoring == "official" else "all"
         if self._database_dir:
-            return Database.load(self._database_dir)
+            return Database.load(self._database_dir, view)
         if not self.data_dir:
             raise DataMissing(f"travelplanner: no data_dir given ({data.INSTRUCTIONS})")
-        return Database.load(Path(self.data_dir).expanduser() / data.DATABASE_DIR)
+        return Database.load(Path(self.data_dir).expanduser() / data.DATABASE_DIR, view)
 
     @functools.cached_property
     def flights(self) -> FlightTable:
@@ -82,7 +98,15 @@ class TravelPlannerDomain(Domain):
     @property
     def judge_db(self):
         """The database the evaluator reads (flights from `flights` when the download has no CSV)."""
-        return self.db if self.db.has_flights else FlightsView(self.db, self.flights)
+        return self.judge_database(self.scoring)
+
+    def judge_database(self, scoring: str):
+        db = self.database(scoring)
+        return db if db.has_flights else FlightsView(db, self.flights)
+
+    @property
+    def _also(self) -> tuple | None:
+        return (self.also_scoring, self.judge_database(self.also_scoring)) if self.also_scoring else None
 
     def _task(self, record: Mapping[str, Any]) -> Task:
         prompt = {key: record[key] for key in ("org", "dest", "days", "visiting_city_number", "date",
@@ -108,7 +132,7 @@ class TravelPlannerDomain(Domain):
     def environment(self, task: Task) -> Environment:
         if self.mode == "two_stage":
             return TwoStageEnvironment(task.prompt, data.record_query(task.prompt), self.judge_db, self.flights,
-                                       self.reward, self.max_steps)
+                                       self.reward, self.max_steps, self.scoring, self._also)
         return SingleTurnEnvironment(self, task)
 
     def score_details(self, task: Task, response: str) -> ScoreResult:
@@ -117,7 +141,8 @@ class TravelPlannerDomain(Domain):
             plan, error, _ = plan_of_turns([response], self.max_steps)
         else:
             plan, error = read_plan(response)
-        return score_plan(data.record_query(task.prompt), plan, self.judge_db, self.reward, error)
+        return score_plan(data.record_query(task.prompt), plan, self.judge_db, self.reward, error, self.scoring,
+                          self._also)
 
     def reference_plan(self, task: Task) -> list[dict]:
         """The gold plan: the annotation, else the feasibility search's cheapest plan."""
@@ -152,7 +177,7 @@ class TravelPlannerDomain(Domain):
         return turns + ([render_tool_calls(legs)] if legs else []) + [plan_json(plan)]
 
     def summary(self, per_category: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
-        return summarize(per_category, self.reward)
+        return summarize(per_category, self.reward, self.also_scoring)
 
     # ------------------------------------------------------------------ simulator side
     def simulator_prompt(self, seed: Task, recent_success: Sequence[float] = (), difficulty: str = "similar",
@@ -174,7 +199,7 @@ class TravelPlannerDomain(Domain):
             query, found = generation.validate(text, data.record_query(seed.prompt), self.db, self.flights)
         except Invalid as error:
             return self.reject(error, seed, text)
-        if not evaluate_plan(query, found.plan, self.judge_db).final_pass:
+        if not evaluate_plan(query, found.plan, self.judge_db, self.scoring).final_pass:
             return rejected("plan_fails_evaluator", "the search's plan does not pass the evaluator")
         if query.level not in self.levels:
             return rejected("bad_field", f"level {query.level!r} is not served ({self.levels})")

@@ -46,9 +46,13 @@ def _error_type(verdict: PlanVerdict) -> str | None:
     return failed[0] if failed else None
 
 
-def score_plan(query, plan: Any, db: Database, reward: str, read_error: str | None = None) -> ScoreResult:
-    """The evaluator's verdict on `plan` (None: not delivered) as a reward with its details."""
-    verdict = evaluate_plan(query, plan, db)
+def score_plan(query, plan: Any, db: Database, reward: str, read_error: str | None = None,
+               scoring: str = "official", also: tuple[str, Any] | None = None) -> ScoreResult:
+    """The evaluator's verdict on `plan` (None: not delivered) as a reward with its details.
+
+    `also` = (scoring, database): that scoring's counts are added as `metric/<scoring>/<key>` (the
+    reward stays the main scoring's), so a report can show both."""
+    verdict = evaluate_plan(query, plan, db, scoring)
     metrics = verdict_metrics(verdict)
     if reward == "final_pass":
         value = metrics["final_pass"]
@@ -61,6 +65,9 @@ def score_plan(query, plan: Any, db: Database, reward: str, read_error: str | No
     details = {"reward_kind": reward, "commonsense": verdict.commonsense, "hard": verdict.hard,
                "reasons": {k: str(v)[:300] for k, v in reasons.items()}, "error_type": _error_type(verdict),
                **{f"metric/{k}": v for k, v in metrics.items()}}
+    if also is not None:
+        other = verdict_metrics(evaluate_plan(query, plan, also[1], also[0]))
+        details.update({f"metric/{also[0]}/{k}": v for k, v in other.items()})
     return ScoreResult(float(value), details)
 
 
@@ -78,8 +85,9 @@ class TwoStageEnvironment(Environment):
     """Tool use over the database, then the plan (see the module docstring); never raises on agent text."""
 
     def __init__(self, prompt: dict[str, Any], query, db: Database, flights: FlightTable, reward: str,
-                 max_steps: int = DEFAULT_MAX_STEPS):
+                 max_steps: int = DEFAULT_MAX_STEPS, scoring: str = "official", also: tuple | None = None):
         self.prompt, self.query, self.db, self.reward, self.max_steps = prompt, query, db, reward, max_steps
+        self.scoring, self.also = scoring, also
         self.toolbox = Toolbox(db, flights)
         self.steps, self.done = 0, False
 
@@ -116,7 +124,7 @@ class TwoStageEnvironment(Environment):
     def score(self, transcript: Sequence[Message]) -> ScoreResult:
         texts = [str(m.get("content", "")) for m in transcript if m.get("role") == "assistant"]
         plan, error, steps = plan_of_turns(texts, self.max_steps)
-        result = score_plan(self.query, plan, self.db, self.reward, error)
+        result = score_plan(self.query, plan, self.db, self.reward, error, self.scoring, self.also)
         return ScoreResult(result.reward, dict(result.details, steps=steps))
 
 

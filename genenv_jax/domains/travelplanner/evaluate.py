@@ -1,7 +1,8 @@
 """Score TravelPlanner plans and print the benchmark's metric table.
 
     python -m genenv_jax.domains.travelplanner.evaluate --data_dir DIR --plans FILE.jsonl \\
-        [--split validation | --queries validation.csv] [--details verdicts.jsonl] [--json]
+        [--split validation | --queries validation.csv] [--scoring official|strict|both] \\
+        [--details verdicts.jsonl] [--json]
 
 DIR is the TravelPlanner download (`python -m genenv_jax.data.download travelplanner --dest DIR`:
 DIR/database and DIR/{train,validation,test}.csv) or the database folder itself. FILE.jsonl holds
@@ -9,6 +10,11 @@ submission records {"idx", "query", "plan"}. With --split (DIR/<split>.csv) or -
 CSV, whose row n is idx n) the structured fields and reference information come from the CSV;
 without one each record's query text is parsed (parse_query_text), and flights can only be checked
 against a flights CSV in the database (see reference.lookup_flight for the rule applied otherwise).
+
+--scoring official (default) reproduces the benchmark's own evaluation code (metrics.SCORINGS), on the
+rows its loader keeps; without the flights CSV its flights are those of every reference information
+at hand (the query CSV's and database/train_ref_info.jsonl), each plan's flight checked against all of
+them as upstream checks the whole CSV. `strict` is the paper's definitions; `both` prints both tables.
 """
 
 from __future__ import annotations
@@ -20,8 +26,11 @@ import sys
 from pathlib import Path
 
 from genenv_jax.domains.travelplanner.database import Database, DatabaseError
-from genenv_jax.domains.travelplanner.metrics import evaluate_plan, metric_table
+from genenv_jax.domains.travelplanner.metrics import SCORINGS, evaluate_plan, metric_table
 from genenv_jax.domains.travelplanner.queries import QueryParseError, parse_query_text, query_from_row
+from genenv_jax.domains.travelplanner.tools import FlightsView, FlightTable
+
+TRAIN_REFERENCES = "train_ref_info.jsonl"  # in the database folder: the 45 training queries' reference information
 
 LABELS = (("delivery_rate", "Delivery rate"), ("commonsense_micro", "Commonsense micro pass rate"),
           ("commonsense_macro", "Commonsense macro pass rate"), ("hard_micro", "Hard constraint micro pass rate"),
@@ -56,6 +65,33 @@ def read_query_rows(path: Path) -> list[dict]:
     csv.field_size_limit(sys.maxsize)
     with path.open(newline="", encoding="utf-8") as handle:
         return list(csv.DictReader(handle))
+
+
+def stored_references(database: Path) -> list:
+    """The reference information in database/train_ref_info.jsonl (one JSON object a line), if present."""
+    path = database / TRAIN_REFERENCES
+    if not path.is_file():
+        return []
+    references = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            try:
+                references.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise EvaluationInputError(f"{path}:{number}: not JSON ({error.msg})") from None
+    return references
+
+
+def judge_database(database: Path, scoring: str, queries: list):
+    """The database a scoring judges against: the official loader's rows with every known flight
+    (official), or every row with flights from the CSV or each query's own reference information."""
+    if scoring == "strict":
+        return Database.load(database, "all")
+    db = Database.load(database, "official")
+    if db.has_flights:
+        return db
+    references = [query.reference_information for query in queries if query.reference_information]
+    return FlightsView(db, FlightTable.from_references(db, references + stored_references(database)))
 
 
 def queries_for(records: list[dict], plans_path: Path, queries_path: Path | None) -> list:
@@ -95,31 +131,45 @@ def main(argv: list[str] | None = None) -> int:
     queries = parser.add_mutually_exclusive_group()
     queries.add_argument("--split", choices=("train", "validation", "test"), help="read DIR/<split>.csv")
     queries.add_argument("--queries", type=Path, help="an official query CSV (structured queries)")
+    parser.add_argument("--scoring", choices=(*SCORINGS, "both"), default="official",
+                        help="official: the benchmark's own evaluation code; strict: the paper's definitions")
     parser.add_argument("--details", type=Path, help="write each plan's verdict here (JSONL)")
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
     args = parser.parse_args(argv)
     if args.split:
         args.queries = args.data_dir / f"{args.split}.csv"
+    scorings = SCORINGS if args.scoring == "both" else (args.scoring,)
     try:
-        db = Database.load(database_dir(args.data_dir))
+        if args.details and args.details.resolve() in {p.resolve() for p in (args.plans, args.queries) if p}:
+            raise EvaluationInputError(f"--details {args.details} is an input file; give another path")
         records = read_plans(args.plans)
         queries = queries_for(records, args.plans, args.queries)
+        judges = {scoring: judge_database(database_dir(args.data_dir), scoring, queries) for scoring in scorings}
     except (DatabaseError, EvaluationInputError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    verdicts = [evaluate_plan(query, record["plan"], db) for query, record in zip(queries, records)]
-    table = metric_table(verdicts)
-    levels = {level: metric_table([v for q, v in zip(queries, verdicts) if q.level == level])
-              for level in ("easy", "medium", "hard") if any(q.level == level for q in queries)}
+    results = {}
+    for scoring, db in judges.items():
+        verdicts = [evaluate_plan(query, record["plan"], db, scoring) for query, record in zip(queries, records)]
+        levels = {level: metric_table([v for q, v in zip(queries, verdicts) if q.level == level])
+                  for level in ("easy", "medium", "hard") if any(q.level == level for q in queries)}
+        results[scoring] = (verdicts, metric_table(verdicts), levels)
     if args.details:
         with args.details.open("w", encoding="utf-8") as handle:
-            for record, verdict in zip(records, verdicts):
-                handle.write(json.dumps({"idx": record.get("idx"), "delivered": verdict.delivered,
-                                         "commonsense": verdict.commonsense, "hard": verdict.hard,
-                                         "reasons": verdict.reasons}) + "\n")
+            for index, record in enumerate(records):
+                row = {"idx": record.get("idx")}
+                for scoring, (verdicts, _, _) in results.items():
+                    verdict = verdicts[index]
+                    row[scoring] = {"delivered": verdict.delivered, "commonsense": verdict.commonsense,
+                                    "hard": verdict.hard, "reasons": verdict.reasons}
+                handle.write(json.dumps(row) + "\n")
     if args.json:
-        print(json.dumps({**table, "by_level": levels}, indent=2))
-    else:
+        tables = {scoring: {**table, "by_level": levels} for scoring, (_, table, levels) in results.items()}
+        print(json.dumps(tables[scorings[0]] if len(tables) == 1 else tables, indent=2))
+        return 0
+    for scoring, (_, table, levels) in results.items():
+        if len(results) > 1:
+            print(f"== scoring: {scoring}")
         print(format_table(table))
         for level, sub in levels.items():
             print(f"{level:<8}{int(sub['plans']):4d} plans  delivery {100 * sub['delivery_rate']:6.2f}%  "

@@ -11,16 +11,26 @@
   CSV and no reference information) counts as not passed, so the figures are lower bounds there;
   the table reports how many there were.
 - Final pass rate: plans passing all commonsense AND all hard constraints / all plans.
+
+Two scorings (`SCORINGS`): "official" (the default) reproduces the benchmark's own evaluation code,
+quirks included (official_commonsense.py, official_hard.py; its counting rules in `metric_table`),
+so the numbers compare with published tables; "strict" follows the paper's definitions
+(commonsense.py, hard.py). docs/travelplanner.md lists every difference with an example.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Sequence
 
 from genenv_jax.domains.travelplanner.commonsense import COMMONSENSE_CHECKS, commonsense_results
 from genenv_jax.domains.travelplanner.hard import HARD_CHECKS, UNVERIFIED, applicable_hard_checks, hard_results
+from genenv_jax.domains.travelplanner.official_commonsense import official_commonsense_results
+from genenv_jax.domains.travelplanner.official_hard import official_hard_results
 from genenv_jax.domains.travelplanner.plans import PlanError, normalise_plan
+
+SCORINGS = ("official", "strict")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +44,8 @@ class PlanVerdict:
     hard: dict[str, bool | None]
     reasons: dict[str, str] = dataclasses.field(default_factory=dict)
     unverified: tuple[str, ...] = ()
+    # Whether the hard constraints were judged (complete and within the sandbox) or just failed.
+    hard_judged: bool = False
 
     @property
     def commonsense_pass(self) -> bool:
@@ -55,11 +67,17 @@ def _undelivered(query, reason: str) -> PlanVerdict:
                        reasons={"delivery": reason})
 
 
-def evaluate_plan(query, plan, db) -> PlanVerdict:
+def evaluate_plan(query, plan, db, scoring: str = "official") -> PlanVerdict:
     """Judge one plan (a day list, its JSON text, or None) for `query` against database `db`.
 
-    Delivered = a non-empty list with at least one day object (read leniently, see normalise_plan).
+    Strict: delivered = a non-empty list with at least one day object (read leniently, see
+    normalise_plan). Official: delivered = any non-empty plan, judged as submitted. `db` should be the
+    view of the same name (Database.load(..., view="official") for official scoring).
     """
+    if scoring == "official":
+        return _official_verdict(query, plan, db)
+    if scoring != "strict":
+        raise ValueError(f"travelplanner: scoring {scoring!r} not in {SCORINGS}")
     if plan is None or plan == [] or (isinstance(plan, list) and all(day == {} for day in plan)):
         return _undelivered(query, "no plan")
     try:
@@ -82,7 +100,31 @@ def evaluate_plan(query, plan, db) -> PlanVerdict:
         reasons["hard"] = "not judged: the plan is incomplete or leaves the sandbox"
         unverified = ()
     return PlanVerdict(delivered=True, commonsense={name: ok for name, (ok, _) in common.items()},
-                       hard=hard_values, reasons=reasons, unverified=unverified)
+                       hard=hard_values, reasons=reasons, unverified=unverified, hard_judged="hard" not in reasons)
+
+
+def _official_verdict(query, plan, db) -> PlanVerdict:
+    if isinstance(plan, str):
+        try:
+            plan = json.loads(plan)
+        except json.JSONDecodeError as error:
+            return _undelivered(query, f"plan is not JSON: {error.msg}")
+    if not plan:
+        return _undelivered(query, "no plan")
+    if not isinstance(plan, list):
+        plan = [plan]  # the original indexes whatever it is given; its checks then fail on it
+    common = official_commonsense_results(query, plan, db)
+    reasons = {name: why for name, (ok, why) in common.items() if ok is False and why}
+    if common["complete_information"][0] and common["within_sandbox"][0]:
+        hard = official_hard_results(query, plan, db)
+        reasons.update({name: why for name, (ok, why) in hard.items() if ok is False and why})
+        hard_values = {name: ok for name, (ok, _) in hard.items()}
+    else:
+        asked = applicable_hard_checks(query)
+        hard_values = {name: (False if name in asked else None) for name in HARD_CHECKS}
+        reasons["hard"] = "not judged: the plan is incomplete or leaves the sandbox"
+    return PlanVerdict(delivered=True, commonsense={name: ok for name, (ok, _) in common.items()},
+                       hard=hard_values, reasons=reasons, hard_judged="hard" not in reasons)
 
 
 def _rate(numerator: int, denominator: int) -> float:
@@ -90,20 +132,24 @@ def _rate(numerator: int, denominator: int) -> float:
 
 
 def metric_table(verdicts: Sequence[PlanVerdict]) -> dict[str, float]:
-    """The six TravelPlanner rates (fractions in [0, 1]) plus the counts they were computed from."""
+    """The six TravelPlanner rates (fractions in [0, 1]) plus the counts they were computed from.
+
+    Either scoring: micro denominators are 8 per plan and every hard constraint the queries state;
+    upstream's eval.py divides by the same numbers, fixed per split (validation 1,440 and 420)."""
     plans = len(verdicts)
     common = [value for verdict in verdicts for value in verdict.commonsense.values() if value is not None]
     hard = [value for verdict in verdicts for value in verdict.hard.values() if value is not None]
+    common_total, hard_total = len(common), len(hard)
     unverifiable = sum("budget" in verdict.unverified for verdict in verdicts)
     return {
         "delivery_rate": _rate(sum(verdict.delivered for verdict in verdicts), plans),
-        "commonsense_micro": _rate(sum(common), len(common)),
+        "commonsense_micro": _rate(sum(common), common_total),
         "commonsense_macro": _rate(sum(verdict.commonsense_pass for verdict in verdicts), plans),
-        "hard_micro": _rate(sum(hard), len(hard)),
+        "hard_micro": _rate(sum(hard), hard_total),
         "hard_macro": _rate(sum(verdict.hard_pass for verdict in verdicts), plans),
         "final_pass_rate": _rate(sum(verdict.final_pass for verdict in verdicts), plans),
         "plans": float(plans),
-        "commonsense_checks": float(len(common)),
-        "hard_checks": float(len(hard)),
+        "commonsense_checks": float(common_total),
+        "hard_checks": float(hard_total),
         "budget_unverifiable": float(unverifiable),
     }

@@ -39,10 +39,12 @@ def _load(obj) -> list:
     return days
 
 
-def validate_plan(obj) -> list[dict]:
+def validate_plan(obj, collapse_spaces: bool = True) -> list[dict]:
     """The plan as a clean day list (strings stripped, `days` an int), or PlanError naming the key.
 
     Accepts the list itself or its JSON text; trailing {} padding is dropped; days must be 1..n in order.
+    `collapse_spaces=False` keeps inner whitespace as written (annotated plans: the official evaluator
+    matches names as written, "shared space.  Great location." with its two spaces).
     """
     clean = []
     for index, day in enumerate(_load(obj), start=1):
@@ -62,7 +64,7 @@ def validate_plan(obj) -> list[dict]:
             value = "-" if day[key] is None else day[key]
             if not isinstance(value, str):
                 raise PlanError(f"plan day {index}: key {key!r} must be a string, got {type(value).__name__}")
-            entry[key] = " ".join(value.split())
+            entry[key] = " ".join(value.split()) if collapse_spaces else value.strip()
         clean.append(entry)
     return clean
 
