@@ -125,7 +125,7 @@ def domain(monkeypatch, tmp_path):
     from genenv_jax.domains.api_bank import APIBankDomain
 
     monkeypatch.setenv("GENENV_CACHE", str(tmp_path / "cache"))
-    return APIBankDomain(data_dir=str(FIXTURES))
+    return APIBankDomain(data_dir=str(FIXTURES), scoring="strict")   # today's checks (official: test_api_bank_official.py)
 
 
 def _task(domain, split, category, api=None):
@@ -155,7 +155,7 @@ def test_call_items_are_scored_by_replay_and_execution(domain):
 def test_official_format_prompt_is_the_test_files_text_and_scores_its_expected_output(domain):
     from genenv_jax.domains.api_bank import APIBankDomain
 
-    official = APIBankDomain(data_dir=domain.data_dir, call_format="official")
+    official = APIBankDomain(data_dir=domain.data_dir, call_format="official", scoring="strict")
     task = _task(official, "test", "level-1-api", "Calculator")
     prompt = official.agent_prompt(task)
     assert prompt.tools is None and prompt.messages[0]["content"].endswith(task.prompt["input"])
@@ -281,7 +281,8 @@ def test_gold_call_replay_figures(monkeypatch, tmp_path, call_format, replay_his
     from genenv_jax.domains.api_bank.replay import replay_gold
 
     monkeypatch.setenv("GENENV_CACHE", str(tmp_path / "cache"))
-    figures = replay_gold(APIBankDomain(data_dir=str(SHARED), call_format=call_format, replay_history=replay_history))
+    figures = replay_gold(APIBankDomain(data_dir=str(SHARED), call_format=call_format, replay_history=replay_history,
+                                        scoring="strict"))
     assert figures.counts == expected, figures.lines()
     for category, misses in figures.misses.items():
         wanted = collections.Counter(COMMON_MISSES[category])

@@ -1,6 +1,7 @@
-"""The per-API rule that decides whether a call reproduces the gold call's result (API-Bank's evaluator).
+"""The per-API rule that decides whether a call reproduces the gold call's result, in two scorings.
 
-Most APIs compare input, output and exception. The exceptions to that, as upstream has them:
+"official" (`official.py`): API-Bank's original rules, tolerances and bugs included. "strict" (below,
+the rules as the paper defines correctness, `is_strict_correct`): most APIs compare input, output and exception. The exceptions to that, as upstream has them:
 ToolSearcher compares its output only; GetToday only needs a non-empty output; Calculator ignores
 spaces in the formula; RegisterUser and AppointmentRegistration ignore the random token/id they
 generate; scene APIs compare scene and device names ignoring case; SearchEngine compares its results
@@ -10,8 +11,10 @@ as a sorted list.
 from __future__ import annotations
 
 import json
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, Mapping
 
+SCORINGS = ("official", "strict")
 RANDOM_OUTPUT_APIS = frozenset({"RegisterUser", "AppointmentRegistration"})
 CASE_INSENSITIVE_APIS = frozenset({"QueryScene", "DeleteScene", "AddScene", "ModifyScene"})
 SORTED_OUTPUT_APIS = frozenset({"SearchEngine"})
@@ -41,8 +44,22 @@ def _without_spaces(params: Any) -> Any:
     return params
 
 
-def is_correct(gold, predicted) -> bool:
-    """Whether `predicted` (an ApiResult) reproduces `gold` (the recorded ApiResult) under the API's rule.
+def is_correct(gold, predicted, scoring: str = "strict", suite: str = "level-1-2") -> bool:
+    """Whether `predicted` (an ApiResult) reproduces `gold` (the recorded result: an ApiResult or its dict)
+    under `scoring`'s rule for the API (`suite` picks the level-3 rule set in official scoring)."""
+    if scoring == "official":
+        from genenv_jax.domains.api_bank import official
+
+        return official.is_correct(gold, predicted, suite)
+    if scoring != "strict":
+        raise ValueError(f"scoring must be one of {SCORINGS}: got {scoring!r}")
+    if isinstance(gold, Mapping):
+        gold = SimpleNamespace(**{k: gold.get(k) for k in ("api_name", "input", "output", "exception")})
+    return is_strict_correct(gold, predicted)
+
+
+def is_strict_correct(gold, predicted) -> bool:
+    """The strict rule: `predicted` (an ApiResult) reproduces `gold` (the recorded ApiResult).
 
     A gold result without an api_name (some recorded results omit it) accepts the predicted name."""
     if gold.api_name and predicted.api_name != gold.api_name:
@@ -67,4 +84,5 @@ def is_correct(gold, predicted) -> bool:
     return gold_all == predicted_all    # Python equality: 150 == 150.0, as upstream compares
 
 
-__all__ = ["CASE_INSENSITIVE_APIS", "RANDOM_OUTPUT_APIS", "SORTED_OUTPUT_APIS", "is_correct"]
+__all__ = ["CASE_INSENSITIVE_APIS", "RANDOM_OUTPUT_APIS", "SCORINGS", "SORTED_OUTPUT_APIS", "is_correct",
+           "is_strict_correct"]

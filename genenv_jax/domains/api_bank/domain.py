@@ -5,6 +5,9 @@ execution), level-1-response / level-2-response (the AI's reply after a call, RO
 level-3 (a whole dialogue from a requirement with the tool searcher, `episode.Level3Environment`).
 `call_format` chooses how the agent writes calls: "structured" (`<tool_call>` JSON, the project's
 format; the default) or "official" (API-Bank's `API-Request: [Name(k='v')]` text and parser).
+`scoring` chooses how calls are run and judged: "official" (the default: the original evaluator's
+argument handling, API behaviours and per-API rules, its bugs' verdicts included, so numbers compare
+with published ones) or "strict" (the paper's definitions; docs/api_bank.md lists every difference).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any, Mapping, Sequence
 from genenv_jax.data.prepared import DataMissing, load_records
 from genenv_jax.domains.api_bank import data, generation, metrics
 from genenv_jax.domains.api_bank.calls import CALL_FORMATS, parse_call, render_call
+from genenv_jax.domains.api_bank.correctness import SCORINGS
 from genenv_jax.domains.api_bank.episode import DEFAULT_MAX_CALLS, Level3Environment, agent_calls, score_dialogue
 from genenv_jax.domains.api_bank.prompts import item_prompt, level3_prompt
 from genenv_jax.domains.api_bank.summary import summarize
@@ -46,9 +50,12 @@ class APIBankDomain(Domain):
       categories: a subset of data.CATEGORIES. validation_fraction / split_salt: the split of the
         source dialogues into train and validation. cache_dir: the prepared-data cache (default
         $GENENV_CACHE/tfds). max_level3_calls: the call cap of a level-3 episode.
+      scoring: "official" (default) or "strict" (module docstring). Official call items and level-3
+        episodes also report the strict verdict (`strict_correct`, `metric/strict_correct`).
       replay_history: replay the dialogue's earlier gold calls before executing a level-1/2 prediction
-        (default; a call that depends on an earlier state change can be right). False is API-Bank's own
-        evaluator: a fresh state per scored call, earlier calls not replayed (docs/api_bank.md).
+        (a call that depends on an earlier state change can be right). False is API-Bank's own
+        evaluator: a fresh state per scored call, earlier calls not replayed. None (default): as the
+        scoring's evaluator does, False for "official" and True for "strict" (docs/api_bank.md).
     """
 
     name = DOMAIN_NAME
@@ -58,16 +65,27 @@ class APIBankDomain(Domain):
                  categories: Sequence[str] = data.CATEGORIES,
                  validation_fraction: float = data.DEFAULT_VALIDATION_FRACTION,
                  split_salt: str = data.DEFAULT_SPLIT_SALT, cache_dir: str = "",
-                 max_level3_calls: int = DEFAULT_MAX_CALLS, replay_history: bool = True):
+                 max_level3_calls: int = DEFAULT_MAX_CALLS, replay_history: bool | None = None,
+                 scoring: str = "official"):
         if call_format not in CALL_FORMATS:
             raise ValueError(f"api_bank: call_format {call_format!r} not in {CALL_FORMATS}")
+        if scoring not in SCORINGS:
+            raise ValueError(f"api_bank: scoring {scoring!r} not in {SCORINGS}")
         unknown = [c for c in categories if c not in data.CATEGORIES]
         if unknown:
             raise ValueError(f"api_bank: unknown categories {unknown}; expected a subset of {data.CATEGORIES}")
         self.data_dir, self.call_format, self.categories = str(data_dir), call_format, tuple(categories)
         self.source = data.api_source(validation_fraction, split_salt)
         self.cache_dir, self.max_level3_calls = cache_dir or None, max_level3_calls
-        self.replay_history = bool(replay_history)
+        self.scoring = scoring
+        self.replay_history_option = replay_history
+        self.replay_history = self._replays(scoring)
+
+    def _replays(self, scoring: str) -> bool:
+        """Whether `scoring` replays a dialogue's earlier calls (the option, else the scoring's evaluator)."""
+        if self.replay_history_option is not None:
+            return bool(self.replay_history_option)
+        return scoring == "strict"
 
     # ------------------------------------------------------------------ seeds
     @property
@@ -106,22 +124,31 @@ class APIBankDomain(Domain):
     def environment(self, task: Task) -> Environment:
         if task.category == "level-3":
             return Level3Environment(task.prompt, task.verifier, self.init_database_dir, self.call_format,
-                                     self.max_level3_calls)
+                                     self.max_level3_calls, self.scoring)
         return SingleTurnEnvironment(self, task)
 
     def score_details(self, task: Task, response: str) -> ScoreResult:
-        """Call items: replay + execute + is_correct; reply items: ROUGE-L F; level 3: the response as
-        the episode's first (and only) agent turn."""
-        details: dict[str, Any] = {"call_format": self.call_format}
+        """Call items: replay + execute + is_correct under `scoring` (official: the strict verdict too);
+        reply items: ROUGE-L F; level 3: the response as the episode's first (and only) agent turn."""
+        details: dict[str, Any] = {"call_format": self.call_format, "scoring": self.scoring}
         if task.category == "level-3":
             calls = agent_calls([{"role": "assistant", "content": response}], self.call_format, self.max_level3_calls)
-            return score_dialogue(self.init_database_dir, task.verifier["calls"], calls)
+            return score_dialogue(self.init_database_dir, task.verifier["calls"], calls, self.scoring)
         if task.prompt["kind"] == "response":
             score = metrics.rouge_l(task.verifier["expected"], response)
             return ScoreResult(score, dict(details, rouge_l=score, error_type=None if score > 0 else "no_overlap"))
-        verdict = metrics.score_call(self.init_database_dir, task.prompt["history"], task.verifier["gold"],
-                                     parse_call(response, self.call_format), replay_history=self.replay_history)
-        return ScoreResult(float(verdict.correct), dict(details, **verdict.to_details()))
+        predicted = parse_call(response, self.call_format)
+        verdict = self._verdict(task, predicted, self.scoring)
+        details.update(verdict.to_details(), **{"metric/correct": float(verdict.correct)})
+        if self.scoring == "official":
+            strict = self._verdict(task, predicted, "strict")
+            details.update({"strict_correct": strict.correct, "strict_error_type": strict.to_details()["error_type"],
+                            "metric/strict_correct": float(strict.correct)})
+        return ScoreResult(float(verdict.correct), details)
+
+    def _verdict(self, task: Task, predicted, scoring: str) -> metrics.CallVerdict:
+        return metrics.score_call(self.init_database_dir, task.prompt["history"], task.verifier["gold"], predicted,
+                                  replay_history=self._replays(scoring), scoring=scoring)
 
     def reference_turns(self, task: Task) -> list[str]:
         if task.category == "level-3":
@@ -144,7 +171,7 @@ class APIBankDomain(Domain):
     # ------------------------------------------------------------------ simulator side
     def _descriptions(self, names: Sequence[str]) -> list[dict[str, Any]]:
         """The descriptions of the implemented APIs among `names` (excluded ones have none)."""
-        bank = metrics.initial_bank(self.init_database_dir)
+        bank = metrics.initial_bank(self.init_database_dir, "level-1-2", self.scoring)
         return [bank.describe(n) for n in sorted(set(names) & set(bank.names()))]
 
     def simulator_prompt(self, seed: Task, recent_success: Sequence[float] = (), difficulty: str = "similar",
@@ -183,7 +210,7 @@ class APIBankDomain(Domain):
         kind, level = seed.prompt["kind"], seed.prompt["level"]
         try:
             fields = generation.validate(text, kind, level, self.init_database_dir,
-                                         {"history": seed.prompt["history"], **seed.verifier})
+                                         {"history": seed.prompt["history"], **seed.verifier}, scoring=self.scoring)
         except Invalid as e:
             return self.reject(e, seed, text)
         history = fields["history"]

@@ -6,6 +6,10 @@ returns an `ApiResult` shaped like the recorded results; it never raises on bad 
 "level-1-2" (the APIs over init_database/), "level-3" (the planning APIs) and "all" (both; AddMeeting
 and QueryMeeting, which exist in both, are told apart by their parameters, and the tool searcher
 searches both pools). `replay_dialogue` replays recorded calls and checks them with `is_correct`.
+
+`scoring` chooses how calls run: "strict" (the arguments converted to the declared types, the APIs as
+the data implies) or "official" (the original code's argument handling and API behaviours,
+`apis/official.py`; a call the original would not run comes back `refused`).
 """
 
 from __future__ import annotations
@@ -18,11 +22,14 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from genenv_jax.domains.api_bank.apis import REGISTRY, ApiError, ApiSpec, description
 from genenv_jax.domains.api_bank.apis.base import bind, fits, register
+from genenv_jax.domains.api_bank.apis.official import Refused, bind_official
+from genenv_jax.domains.api_bank.apis.official_apis import OFFICIAL_APIS
 from genenv_jax.domains.api_bank.apis.level3 import fresh_level3_table
 from genenv_jax.domains.api_bank.database import DEFAULT_TODAY, ApiState, load_tables
 from genenv_jax.domains.api_bank.tool_search import ToolSearcher
 
 SUITE_NAMES = ("level-1-2", "level-3", "all")
+SCORINGS = ("official", "strict")
 EXCLUDED_APIS: Mapping[str, str] = {
     "Dictionary": "needs the network upstream (it queries an online dictionary service)",
     "Translate": "needs the network upstream (it calls an online translation service)",
@@ -31,15 +38,20 @@ EXCLUDED_APIS: Mapping[str, str] = {
 
 @dataclasses.dataclass(frozen=True)
 class ApiResult:
-    """One executed call, as API-Bank records it."""
+    """One executed call, as API-Bank records it.
+
+    `refused` (official scoring only): why the original evaluator would not score this call at all (an
+    undeclared or missing parameter, "abort:..." where its run would stop); such a call is wrong."""
 
     api_name: str
     input: dict[str, Any] | None
     output: Any
     exception: str | None
+    refused: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"api_name": self.api_name, "input": self.input, "output": self.output, "exception": self.exception}
+        shown = {"api_name": self.api_name, "input": self.input, "output": self.output, "exception": self.exception}
+        return dict(shown, refused=self.refused) if self.refused else shown
 
 
 @register("ToolSearcher", "keywords:str")
@@ -73,13 +85,16 @@ class APIBank:
     """The APIs of one dialogue over a private copy of the initial databases (state changes stay in it)."""
 
     def __init__(self, init_database_dir: str | Path, *, suite: str = "all", today: str = DEFAULT_TODAY,
-                 seed: int = 0):
+                 seed: int = 0, scoring: str = "strict"):
+        if scoring not in SCORINGS:
+            raise ValueError(f"scoring must be one of {SCORINGS}: got {scoring!r}")
         self.init_database_dir = str(Path(init_database_dir).expanduser().resolve())
-        self.suite, self.today, self.seed = suite, today, seed
+        self.suite, self.today, self.seed, self.scoring = suite, today, seed, scoring
         self._specs: dict[str, list[ApiSpec]] = {}
         for part in _suites(suite):
+            overrides = OFFICIAL_APIS[part] if scoring == "official" else {}
             for name, spec in REGISTRY[part].items():
-                self._specs.setdefault(name, []).append(spec)
+                self._specs.setdefault(name, []).append(overrides.get(name, spec))
         tables = dict(load_tables(self.init_database_dir))
         tables["level3"] = fresh_level3_table()
         self.state = ApiState.fresh(tables, today=today, seed=seed)
@@ -113,7 +128,9 @@ class APIBank:
             return ApiResult(str(name), raw, None, f"API {name} does not exist.")
         spec = next((s for s in specs if fits(s, raw)), specs[0])
         try:
-            bound = bind(spec, raw)
+            bound = bind_official(spec, raw) if self.scoring == "official" else bind(spec, raw)
+        except Refused as refusal:
+            return ApiResult(name, raw, None, str(refusal), refused=refusal.reason)
         except ApiError as error:
             return ApiResult(name, raw, None, str(error))
         shown = bound if (bound or spec.params) else None
@@ -127,7 +144,8 @@ class APIBank:
 
     def copy_initial(self) -> "APIBank":
         """A fresh instance from the same initial databases (tables are read once per directory)."""
-        return APIBank(self.init_database_dir, suite=self.suite, today=self.today, seed=self.seed)
+        return APIBank(self.init_database_dir, suite=self.suite, today=self.today, seed=self.seed,
+                       scoring=self.scoring)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +176,7 @@ def calls_from_level3(dialogue: Mapping[str, Any]) -> list[RecordedCall]:
 
 @dataclasses.dataclass(frozen=True)
 class ReplayRow:
-    """One replayed call: the recording, what the APIs answered, correct by `is_correct`, identical."""
+    """One replayed call: the recording, what the APIs answered, correct (by the bank's scoring), identical."""
 
     recorded: RecordedCall
     replayed: ApiResult
@@ -167,16 +185,17 @@ class ReplayRow:
 
 
 def replay_dialogue(calls: Sequence[RecordedCall], bank: APIBank) -> list[ReplayRow]:
-    """Replays `calls` in order on `bank` (give it a fresh one per dialogue) and checks each result."""
+    """Replays `calls` in order on `bank` (give it a fresh one per dialogue) and checks each result under
+    the bank's scoring."""
     from genenv_jax.domains.api_bank.correctness import is_correct
 
     rows = []
     for call in calls:
         replayed = bank.call(call.api_name, call.params)
-        rows.append(ReplayRow(call, replayed, is_correct(call.result, replayed),
+        rows.append(ReplayRow(call, replayed, is_correct(call.result, replayed, bank.scoring, bank.suite),
                               call.result.to_json() == replayed.to_json()))
     return rows
 
 
-__all__ = ["APIBank", "ApiResult", "EXCLUDED_APIS", "RecordedCall", "ReplayRow", "SUITE_NAMES", "calls_from_level3",
+__all__ = ["APIBank", "ApiResult", "EXCLUDED_APIS", "RecordedCall", "ReplayRow", "SCORINGS", "SUITE_NAMES", "calls_from_level3",
            "calls_from_sample", "replay_dialogue"]

@@ -94,10 +94,11 @@ def _retrieved(history: Sequence[Mapping[str, Any]], name: str) -> bool:
 
 
 def validate(text: str, kind: str, level: int, init_database_dir: str,
-             seed_target: Mapping[str, Any]) -> dict[str, Any]:
+             seed_target: Mapping[str, Any], scoring: str = "strict") -> dict[str, Any]:
     """Reads and executes a generation; returns {"history", "gold"} or {"history", "expected"}.
 
-    `seed_target` is the seed's {"history", "gold"/"expected"} (a copy of it is rejected). Raises Invalid.
+    `seed_target` is the seed's {"history", "gold"/"expected"} (a copy of it is rejected). The calls run
+    as `scoring` runs them, so the recorded results are the ones its scores compare with. Raises Invalid.
     """
     obj = extract_json_object(text)
     if not isinstance(obj, Mapping):
@@ -106,7 +107,7 @@ def validate(text: str, kind: str, level: int, init_database_dir: str,
     missing = [k for k in ("dialogue", target_key) if k not in obj]
     if missing:
         raise Invalid("missing_field", f"missing {missing}")
-    bank = metrics.fresh_bank(init_database_dir)
+    bank = metrics.fresh_bank(init_database_dir, "level-1-2", scoring)
     history = _check_dialogue(obj["dialogue"], bank)
     if kind == "api":
         call = _check_call(obj[target_key], bank, target_key)

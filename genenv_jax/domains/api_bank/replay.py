@@ -5,6 +5,7 @@ reproduces its recorded result, so every miss is a fact about the parser, the AP
 (docs/api_bank.md lists them). Level 3 runs each dialogue's gold calls through the episode.
 
     python -m genenv_jax.domains.api_bank --data_dir DIR [--call_format official|structured]
+        [--scoring official|strict]
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ class ReplayFigures:
     call_format: str
     counts: dict[str, tuple[int, int]]
     misses: dict[str, list[tuple[str, str, str]]]
+    scoring: str = "strict"
 
     def lines(self) -> list[str]:
-        out = [f"gold-call replay, call_format={self.call_format}"]
+        out = [f"gold-call replay, call_format={self.call_format}, scoring={self.scoring}"]
         for category, (correct, total) in self.counts.items():
             reasons = collections.Counter(f"{api}:{reason}" for _, api, reason in self.misses[category])
             out.append(f"  {category}: {correct}/{total}" + (f"  misses {dict(reasons)}" if reasons else ""))
@@ -50,7 +52,8 @@ def _episode(domain, task: Task) -> tuple[int, int, list[tuple[str, str, str]]]:
 
 
 def replay_gold(domain, split: str = "test") -> ReplayFigures:
-    """The replay figures of `domain`'s call categories on `split` (its call_format decides the parser)."""
+    """The replay figures of `domain`'s call categories on `split` (its call_format decides the parser, its
+    scoring how calls run and are judged)."""
     counts: dict[str, list[int]] = {}
     misses: dict[str, list[tuple[str, str, str]]] = {}
     for task in domain.seeds(split):
@@ -70,7 +73,7 @@ def replay_gold(domain, split: str = "test") -> ReplayFigures:
             row[0] += 1
         else:
             miss.append((task.task_id, task.verifier["gold"]["api_name"], details["error_type"]))
-    return ReplayFigures(domain.call_format, {c: (r[0], r[1]) for c, r in counts.items()}, misses)
+    return ReplayFigures(domain.call_format, {c: (r[0], r[1]) for c, r in counts.items()}, misses, domain.scoring)
 
 
 __all__ = ["ReplayFigures", "replay_gold"]

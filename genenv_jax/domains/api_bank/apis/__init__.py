@@ -9,6 +9,7 @@
 | home.py | scenes, timed switches, music |
 | knowledge.py, calculator.py | search engine, wiki, history, document QA, captions, speech, email, date, calculator |
 | level3.py | the level-3 planning APIs (data in level3_data.json) |
+| official.py, official_apis.py | `scoring="official"`: the original's argument handling, and the APIs it runs differently |
 """
 
 from genenv_jax.domains.api_bank.apis import (  # registration by import
