@@ -9,10 +9,10 @@ the cause and exit status 2.
 
 from __future__ import annotations
 
-from absl import app, flags, logging
+from absl import flags, logging
 
 from genenv_jax import cli
-from genenv_jax.cli import die, one_line
+from genenv_jax.cli import die, error_text, is_storage_error, one_line
 
 _CONFIG = cli.config_flag()
 _WORKDIR = cli.workdir_flag("Run directory (checkpoints, pools, metrics, plots): a local path or gs://BUCKET/PATH; "
@@ -24,9 +24,15 @@ _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "With --coordinator
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "With --coordinator_address: this process's index.")
 
 
+PROGRAM = "genenv_jax"
+
+
+@cli.command(PROGRAM)
 def main(argv):
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+        die(f"unexpected arguments: {argv[1:]} (flags are --name=value; see --help)", PROGRAM)
+    if _WORKDIR.value is not None:  # before any work: an occupied or unwritable workdir
+        cli.check_output_path(_WORKDIR.value, "--workdir", directory=True)
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # Orbax / JAX info logs drown the progress bars; -v 0 shows them
     import jax
@@ -42,19 +48,18 @@ def main(argv):
     try:
         config = RunConfig.from_config_dict(_CONFIG.value, num_devices=jax.device_count())
         workdir = _WORKDIR.value or config.default_workdir()
-        rows = CoEvolution(config, workdir).run()
+        with cli.no_empty_directory_left(workdir):
+            rows = CoEvolution(config, workdir).run()
     except NonFiniteLossError as e:
         die(f"{e}. The last checkpoint is intact; lower the learning rate and rerun the same command to resume.")
     except (ConfigError, CheckpointError, WorkdirLockedError) as e:
         die(one_line(e))
-    except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
-        die(f"{one_line(e)} (check the config's paths and --workdir)")
-    except ValueError as e:  # e.g. a --workdir URL that is neither a local path nor gs://
-        die(f"{one_line(e)} (check --workdir and the config's paths)")
     except ImportError as e:  # a domain's optional extra is not installed (e.g. ALFWorld's engine)
         die(one_line(e))
-    except OSError as e:
-        die(f"{one_line(e)} (disk full or not writable? the last checkpoint is intact; rerun to resume)")
+    except (OSError, ValueError) as e:  # a path of the config or --workdir, a broken model dir, a full disk
+        hint = ("the last checkpoint is intact; rerun the same command to resume" if is_storage_error(e)
+                else "check --workdir and the config's paths")
+        die(f"{error_text(e)} ({hint})")
     if jax.process_index() != 0:  # process 0 reports for the run
         return
     print(f"\nGenEnv ({config.mode}) on {config.domain.name}: {len(rows)} epochs in {workdir}\n")
@@ -65,4 +70,4 @@ def main(argv):
 
 if __name__ == "__main__":
     flags.mark_flag_as_required("config")
-    app.run(main, flags_parser=cli.command_line_parser())
+    cli.run(main, PROGRAM)

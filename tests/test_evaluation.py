@@ -1,6 +1,7 @@
 """Evaluation: greedy decoding with the sampler, scoring plumbing, report files, the CLI end to end."""
 
 import json
+import re
 
 import jax
 import jax.numpy as jnp
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 
 from genenv_jax import evaluation
+from genenv_jax.core.errors import CommandError
 from genenv_jax.text import tokenization
 from genenv_jax.domains.base import (ChatPrompt, Domain, Environment, ScoreResult, StepOutcome, Task,
                                      last_assistant_text)
@@ -190,11 +192,11 @@ def test_domain_options_read_json_values_over_the_run_defaults():
     got = evaluation.domain_options(["data_dir=/data/api-bank", "max_steps=30", "levels=[1, 2]", "flag=true"],
                                     {"data_dir": "/old", "keep": 1})
     assert got == {"data_dir": "/data/api-bank", "max_steps": 30, "levels": [1, 2], "flag": True, "keep": 1}
-    with pytest.raises(SystemExit, match="expected KEY=VALUE"):
+    with pytest.raises(CommandError, match="expected KEY=VALUE"):
         evaluation.domain_options(["data_dir"])
 
 
-def test_cli_evaluates_peft_adapters_over_a_base_as_the_merged_model(tmp_path):
+def test_cli_evaluates_peft_adapters_over_a_base_as_the_merged_model(tmp_path, capsys):
     """`--model_dir=BASE --adapter_dir=PEFT` decodes what the merged weights decode."""
     from genenv_jax.models import init_params, preset, save_hf
     from genenv_jax.models.lora import LoRAConfig, init_adapters, merge
@@ -214,13 +216,14 @@ def test_cli_evaluates_peft_adapters_over_a_base_as_the_merged_model(tmp_path):
     for name, source in (("adapted", [f"--model_dir={tmp_path / 'base'}", f"--adapter_dir={tmp_path / 'adapters'}"]),
                          ("merged", [f"--model_dir={tmp_path / 'merged'}"]),
                          ("base", [f"--model_dir={tmp_path / 'base'}"])):
-        assert evaluation.main(source + common + [f"--out={tmp_path / name}"]) == 0
+        assert evaluation.main(source + common + [f"--out={tmp_path / (name + '-eval')}"]) == 0
         outputs[name] = [(it["task_id"], it["response"])
-                         for it in map(json.loads, (tmp_path / name / "items.jsonl").read_text().splitlines())]
+                         for it in map(json.loads, (tmp_path / (name + "-eval") / "items.jsonl").read_text().splitlines())]
     assert outputs["adapted"] == outputs["merged"]
     assert outputs["adapted"] != outputs["base"]  # the adapters change what is decoded
-    assert json.loads((tmp_path / "adapted" / "results.json").read_text())["config"]["adapter_dir"].endswith("adapters")
-    with pytest.raises(SystemExit, match="--adapter_dir needs --model_dir"):
-        evaluation.main(["--preset=tiny", f"--adapter_dir={tmp_path / 'adapters'}", f"--out={tmp_path / 'x'}"])
-    with pytest.raises(SystemExit, match="error: --adapter_dir: .*missing"):
-        evaluation.main([f"--model_dir={tmp_path / 'base'}", f"--adapter_dir={tmp_path}", f"--out={tmp_path / 'x'}"])
+    assert json.loads((tmp_path / "adapted-eval" / "results.json").read_text())["config"]["adapter_dir"].endswith("adapters")
+    # one line and exit status 2 (they raised SystemExit(text), exit status 1, before the shared error path)
+    assert evaluation.main(["--preset=tiny", f"--adapter_dir={tmp_path / 'adapters'}", f"--out={tmp_path / 'x'}"]) == 2
+    assert "--adapter_dir needs --model_dir" in capsys.readouterr().err
+    assert evaluation.main([f"--model_dir={tmp_path / 'base'}", f"--adapter_dir={tmp_path}", f"--out={tmp_path / 'x'}"]) == 2
+    assert re.search(r"error: --adapter_dir: .*missing", capsys.readouterr().err)

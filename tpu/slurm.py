@@ -24,11 +24,33 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))  # the shared error line (stdlib only: no venv needed)
+from genenv_jax.core.errors import ArgumentParser, CommandError, command  # noqa: E402
+
+PROGRAM = "slurm.py"
 # Values written into #SBATCH lines, which sbatch reads without a shell: no spaces or quotes.
 PLAIN = re.compile(r"[A-Za-z0-9_./+:@-]+")
+# A job name is also the file name of logs/<job>.sbatch and the logs: no path separators, no leading dot.
+JOB_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+# sbatch's --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS; or no limit.
+TIME = re.compile(r"(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2}|UNLIMITED|INFINITE)", re.IGNORECASE)
+MAX_GPUS_PER_NODE = 64  # more than any node holds: a typo, which sbatch would only queue forever
+
+
+def check_values(a: argparse.Namespace) -> None:
+    """Refuses values sbatch would queue forever or mis-read, and a job name that would put
+    logs/<job>.sbatch outside `<repo_dir>/logs`."""
+    if not 1 <= a.gpus_per_node <= MAX_GPUS_PER_NODE:
+        raise CommandError(f"--gpus_per_node {a.gpus_per_node}: must lie in [1, {MAX_GPUS_PER_NODE}]")
+    if not JOB_NAME.fullmatch(a.job_name):
+        raise CommandError(f"--job_name {a.job_name!r}: letters, digits and _.+- only, not starting with a dot "
+                           "(it names logs/<job>.sbatch)")
+    if not TIME.fullmatch(a.time):
+        raise CommandError(f"--time {a.time!r}: expected minutes, HH:MM:SS or D-HH:MM:SS (sbatch's --time)")
 
 
 def sbatch_script(a: argparse.Namespace, overrides: list[str]) -> str:
+    check_values(a)
     for flag in ("job_name", "time", "partition", "account", "repo_dir"):
         value = getattr(a, flag)
         if value and not PLAIN.fullmatch(value):
@@ -81,7 +103,7 @@ def sbatch_script(a: argparse.Namespace, overrides: list[str]) -> str:
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     argv, overrides = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    parser = argparse.ArgumentParser(prog="slurm.py", description=__doc__.split("\n\n")[0],
+    parser = ArgumentParser(prog=PROGRAM, description=__doc__.split("\n\n")[0],
                                      epilog="Arguments after -- go to genenv_jax.main. See docs/tpu.md.")
     parser.add_argument("--nodes", type=int, required=True, help="nodes in the job")
     parser.add_argument("--gpus_per_node", type=int, default=8)
@@ -106,13 +128,10 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return a, overrides
 
 
+@command(PROGRAM)
 def main(argv: list[str]) -> int:
     a, overrides = parse(argv)
-    try:
-        script = sbatch_script(a, overrides)
-    except ValueError as e:
-        print(f"slurm.py: error: {e}", file=sys.stderr)
-        return 2
+    script = sbatch_script(a, overrides)
     if a.dry_run:
         sys.stdout.write(script)
         return 0

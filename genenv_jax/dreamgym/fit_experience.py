@@ -27,9 +27,13 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from absl import app, flags
+from absl import flags
+
+from genenv_jax.core import absl_flags
+from genenv_jax.core.errors import CommandError, check_at_least, check_output_path, check_within, command, die
 
 FLAGS = flags.FLAGS
+PROGRAM = "genenv_jax.dreamgym.fit_experience"
 
 
 def define_flags() -> None:
@@ -229,16 +233,47 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str]) -> None:
-    del argv
+def check_settings(s: FitSettings) -> None:
+    """Refuses, before any transition is collected, values the fit cannot use (a probability outside
+    [0, 1], a count below its minimum, an unknown preset or task type): found only minutes into the
+    fit otherwise, or never (a negative count silently collects nothing)."""
+    for name, low in (("train_games", 1), ("heldout_games", 1), ("random_per_task", 0), ("random_steps", 1),
+                      ("vocab_size", 64), ("steps", 1), ("batch_size", 1), ("top_k", 0), ("max_history", 0),
+                      ("max_prompt_len", 1), ("max_new_tokens", 1), ("max_heldout", 1)):
+        check_at_least(getattr(s, name), f"--{name}", low)
+    check_within(s.invalid_prob, "--invalid_prob", 0.0, 1.0)
+    if not 0 < s.learning_rate < float("inf"):
+        raise CommandError(f"--learning_rate={s.learning_rate}: must be a finite number > 0")
+    if s.domain == "alfworld":
+        from genenv_jax.domains.alfworld import vocab
+
+        unknown = sorted(set(s.task_types) - set(vocab.TASK_TYPES))
+        if unknown:
+            raise CommandError(f"--task_types: unknown {unknown[0]!r} (known: {', '.join(vocab.TASK_TYPES)})")
+    from genenv_jax.models.config import PRESETS
+
+    if s.preset not in PRESETS:
+        raise CommandError(f"--preset {s.preset!r}: not a model preset ({', '.join(sorted(PRESETS))})")
+
+
+def settings_from_flags() -> FitSettings:
     f = FLAGS
-    s = FitSettings(train_games=f.train_games, heldout_games=f.heldout_games, task_types=tuple(f.task_types),
-                    random_per_task=f.random_per_task, random_steps=f.random_steps, invalid_prob=f.invalid_prob,
-                    preset=f.preset, vocab_size=f.vocab_size, steps=f.steps, batch_size=f.batch_size,
-                    learning_rate=f.learning_rate, top_k=f.top_k, reasoning=f.reasoning, max_history=f.max_history,
-                    max_prompt_len=f.max_prompt_len, max_new_tokens=f.max_new_tokens, max_heldout=f.max_heldout,
-                    seed=f.seed, domain=f.domain, categories=tuple(f.categories))
-    workdir = Path(f.workdir)
+    return FitSettings(train_games=f.train_games, heldout_games=f.heldout_games, task_types=tuple(f.task_types),
+                       random_per_task=f.random_per_task, random_steps=f.random_steps, invalid_prob=f.invalid_prob,
+                       preset=f.preset, vocab_size=f.vocab_size, steps=f.steps, batch_size=f.batch_size,
+                       learning_rate=f.learning_rate, top_k=f.top_k, reasoning=f.reasoning,
+                       max_history=f.max_history, max_prompt_len=f.max_prompt_len, max_new_tokens=f.max_new_tokens,
+                       max_heldout=f.max_heldout, seed=f.seed, domain=f.domain, categories=tuple(f.categories))
+
+
+@command(PROGRAM)
+def main(argv: Sequence[str]) -> None:
+    if len(argv) > 1:
+        die(f"unexpected arguments: {argv[1:]} (flags are --name=value; see --help)", PROGRAM)
+    workdir = Path(FLAGS.workdir)
+    check_output_path(workdir, "--workdir", directory=True)
+    s = settings_from_flags()
+    check_settings(s)
     workdir.mkdir(parents=True, exist_ok=True)
     results = run(s, workdir)
     (workdir / "results.json").write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
@@ -248,4 +283,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    absl_flags.run(main, PROGRAM)

@@ -14,14 +14,19 @@ from typing import Any, Mapping, Sequence
 
 import jax
 
+from genenv_jax.core.errors import ArgumentParser, CommandError, check_at_least, check_output_path, command
 from genenv_jax.workdir import storage
 from genenv_jax.text.chat_text import ChatText
 from genenv_jax.evaluation.evaluate import (evaluate_params, format_markdown, load_run_agent, select_tasks,
                                             write_report)
 from genenv_jax.parallel import initialize_distributed, is_writer
 
+PROGRAM = "python -m genenv_jax.evaluation"
+SPLITS = ("train", "validation", "test", "all")
+
+
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m genenv_jax.evaluation", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog=PROGRAM, description=__doc__.split("\n")[0])
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model_dir", help="an HF Qwen2 directory, .gguf file, model name or hub id (docs/models.md)")
     src.add_argument("--preset", help="random-init model preset for smoke runs (e.g. 'tiny')")
@@ -34,7 +39,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--domain_option", action="append", default=[], metavar="KEY=VALUE",
                    help="a domain option, repeatable (e.g. data_dir=/data/api-bank); VALUE as JSON when it parses, "
                         "else text. With --run_dir the run's own domain options are the defaults")
-    p.add_argument("--split", default="test", help="train | validation | test | all")
+    p.add_argument("--split", default="test", choices=SPLITS)
     p.add_argument("--categories", default=None, help="comma-separated subset of categories")
     p.add_argument("--max_per_category", type=int, default=None)
     p.add_argument("--sample_seed", type=int, default=None, help="with --max_per_category: a seeded sample")
@@ -62,7 +67,7 @@ def merged_peft_adapters(cfg, params, adapter_dir: str):
     try:
         settings, adapters = load_peft_adapters(adapter_dir, cfg)
     except (ValueError, FileNotFoundError) as err:
-        raise SystemExit(f"error: --adapter_dir: {err}") from None
+        raise CommandError(f"--adapter_dir: {err}") from None
     return lora.merge(params, adapters, settings.scale)
 
 
@@ -72,12 +77,56 @@ def domain_options(pairs: Sequence[str], defaults: Mapping[str, Any] | None = No
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise SystemExit(f"--domain_option {pair!r}: expected KEY=VALUE")
+            raise CommandError(f"--domain_option {pair!r}: expected KEY=VALUE")
         try:
             options[key.strip()] = json.loads(value)
         except json.JSONDecodeError:
             options[key.strip()] = value
     return options
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuses, before any model is loaded, what would fail later: flag values out of range, an
+    adapter without its base, a run dir without checkpoints (never created by looking), a domain
+    that is not registered, and an `--out` that is an input or cannot be written (found only after
+    the whole evaluation otherwise)."""
+    from genenv_jax.domains import DOMAINS
+    from genenv_jax.models import PRESETS
+
+    if args.adapter_dir and not args.model_dir:
+        raise CommandError("--adapter_dir needs --model_dir (the base the adapters apply to)")
+    for flag, low in (("max_new_tokens", 1), ("max_turns", 1), ("batch_size", 1), ("max_per_category", 1),
+                      ("max_prompt_tokens", 1), ("epoch", 0)):
+        check_at_least(getattr(args, flag), f"--{flag}", low)
+    if args.preset and args.preset not in PRESETS:
+        raise CommandError(f"--preset {args.preset!r}: not a model preset ({', '.join(sorted(PRESETS))})")
+    if args.domain is not None and args.domain not in DOMAINS:
+        raise CommandError(f"--domain {args.domain!r}: not a registered domain ({', '.join(sorted(DOMAINS))})")
+    if args.run_dir and not storage.exists(storage.as_path(args.run_dir) / "checkpoints"):
+        raise CommandError(f"--run_dir {args.run_dir}: no checkpoints/ in it (a GenEnv run's workdir)")
+    check_output_path(args.out, "--out", directory=True,
+                      inputs=(args.run_dir, args.model_dir, args.adapter_dir, args.tokenizer_dir))
+
+
+def build_domain(name: str, pairs: Sequence[str], defaults: Mapping[str, Any] | None):
+    """The evaluated domain; an option its constructor does not take is a bad `--domain_option`."""
+    from genenv_jax.domains import get_domain
+
+    options = domain_options(pairs, defaults)
+    try:
+        return get_domain(name, **options)
+    except TypeError as err:  # an unknown keyword, or a value of the wrong kind
+        raise CommandError(f"--domain_option for {name}: {err}") from None
+
+
+def run_agent(run_dir: str, epoch: int | None):
+    """`load_run_agent`, with an unreadable checkpoint as an expected error (one line)."""
+    from genenv_jax.workdir.checkpoints import CheckpointError
+
+    try:
+        return load_run_agent(run_dir, epoch)
+    except CheckpointError as err:
+        raise CommandError(f"--run_dir {run_dir}: {err}") from None
 
 
 def _run_domain(run_dir: str, epoch: int | None) -> tuple[str, dict[str, Any]]:
@@ -93,45 +142,56 @@ def _run_domain(run_dir: str, epoch: int | None) -> tuple[str, dict[str, Any]]:
     return domain.get("name", "bfcl"), dict(domain.get("options") or {})
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parse_args(argv)
-    if args.adapter_dir and not args.model_dir:
-        raise SystemExit("error: --adapter_dir needs --model_dir (the base the adapters apply to)")
-    initialize_distributed(args.coordinator_address, args.num_processes, args.process_id)
-    from genenv_jax.domains import get_domain
+def evaluated_tasks(args: argparse.Namespace):
+    """(domain, tasks): the domain the flags name (a run's own by default) and its selected tasks,
+    built before any model is loaded so that a bad option or an empty selection costs nothing."""
+    run_domain, run_options = _run_domain(args.run_dir, args.epoch) if args.run_dir else ("bfcl", {})
+    name = args.domain or run_domain
+    domain = build_domain(name, args.domain_option, run_options if name == run_domain else None)
+    categories = args.categories.split(",") if args.categories else None
+    tasks = select_tasks(domain.seeds(args.split), args.max_per_category, categories, args.sample_seed)
+    if not tasks:
+        raise CommandError(f"no tasks selected (split={args.split}, categories={categories})")
+    return domain, tasks
+
+
+def evaluated_model(args: argparse.Namespace):
+    """(cfg, params, source, tokenizer directory or None) of the model the flags name."""
     from genenv_jax.data.model_sources import ModelSourceError, resolve_model_source
     from genenv_jax.models import init_params, preset
     from genenv_jax.models.loading import has_own_tokenizer, load_model
 
-    t0 = time.time()
     if args.run_dir:
-        cfg, params, epoch = load_run_agent(args.run_dir, args.epoch)
-        source = {"run_dir": storage.absolute(args.run_dir), "epoch": epoch}
-    elif args.model_dir:
-        try:
-            model_path = resolve_model_source(args.model_dir).path
-        except ModelSourceError as err:
-            raise SystemExit(f"error: --model_dir: {err}") from None
-        cfg, params = load_model(model_path, dtype=args.dtype)
-        source = {"model_dir": model_path}
-        if args.adapter_dir:
-            params = merged_peft_adapters(cfg, params, args.adapter_dir)
-            source["adapter_dir"] = storage.absolute(args.adapter_dir)
-    else:
+        cfg, params, epoch = run_agent(args.run_dir, args.epoch)
+        return cfg, params, {"run_dir": storage.absolute(args.run_dir), "epoch": epoch}, args.tokenizer_dir
+    if args.preset:
         cfg = preset(args.preset)
         params = init_params(cfg, jax.random.key(args.seed))
-        source = {"preset": args.preset, "seed": args.seed}
-    tok_dir = args.tokenizer_dir
-    if tok_dir is None and args.model_dir and has_own_tokenizer(model_path):
-        tok_dir = model_path
+        return cfg, params, {"preset": args.preset, "seed": args.seed}, args.tokenizer_dir
+    try:
+        model_path = resolve_model_source(args.model_dir).path
+    except ModelSourceError as err:
+        raise CommandError(f"--model_dir: {err}") from None
+    cfg, params = load_model(model_path, dtype=args.dtype)
+    source = {"model_dir": model_path}
+    if args.adapter_dir:
+        params = merged_peft_adapters(cfg, params, args.adapter_dir)
+        source["adapter_dir"] = storage.absolute(args.adapter_dir)
+    own = args.tokenizer_dir is None and has_own_tokenizer(model_path)
+    return cfg, params, source, model_path if own else args.tokenizer_dir
+
+
+@command(PROGRAM)
+def main(argv: Sequence[str] | None = None) -> int:
+    """Evaluates one model (a run's agent, a checkpoint, a random preset) and writes the report; an
+    expected failure is one line and exit status 2 (`core.errors.command`)."""
+    args = _parse_args(argv)
+    check_arguments(args)
+    initialize_distributed(args.coordinator_address, args.num_processes, args.process_id)
+    t0 = time.time()
+    domain, tasks = evaluated_tasks(args)
+    cfg, params, source, tok_dir = evaluated_model(args)
     tokenizer = ChatText.load(tok_dir).tokenizer
-    run_domain, run_options = _run_domain(args.run_dir, args.epoch) if args.run_dir else ("bfcl", {})
-    name = args.domain or run_domain
-    domain = get_domain(name, **domain_options(args.domain_option, run_options if name == run_domain else None))
-    categories = args.categories.split(",") if args.categories else None
-    tasks = select_tasks(domain.seeds(args.split), args.max_per_category, categories, args.sample_seed)
-    if not tasks:
-        raise SystemExit(f"no tasks selected (split={args.split}, categories={categories})")
     report = evaluate_params(
         cfg, params, domain, tasks, tokenizer, max_new_tokens=args.max_new_tokens,
         batch_size=args.batch_size, max_prompt_tokens=args.max_prompt_tokens, max_turns=args.max_turns,

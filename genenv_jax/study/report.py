@@ -7,15 +7,17 @@ from the statistics of `results.py` (how they are computed is documented there) 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
 from pathlib import Path
 from typing import Sequence
 
+from genenv_jax.core.errors import ArgumentParser, command
 from genenv_jax.study.plots import write_plots
 from genenv_jax.study.results import VERDICT, Claim, Stat, Study, claims, load_study, summarize
+
+PROGRAM = "genenv_jax.study.report"
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -77,16 +79,17 @@ def write_report(study_dir: str | Path, study: Study | None = None) -> Path:
     return out_dir / "report.md"
 
 
+@command(PROGRAM)
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI: writes the report of STUDY_DIR and prints its path (exit 2 on a bad study dir)."""
-    parser = argparse.ArgumentParser(prog="genenv_jax.study.report", description=__doc__.split("\n")[0])
+    parser = ArgumentParser(prog=PROGRAM, description=__doc__.split("\n")[0])
     parser.add_argument("study_dir", help="a study directory holding study.json")
     study_dir = parser.parse_args(argv).study_dir
     try:
         study = load_study(study_dir)  # a missing or malformed study.json: one line, exit 2 (other errors raise)
-    except (FileNotFoundError, ValueError, KeyError, TypeError) as e:
+    except (FileNotFoundError, ValueError, KeyError, TypeError, AttributeError) as e:  # AttributeError: not an object
         why = e if isinstance(e, FileNotFoundError) else f"bad study.json in {study_dir}: {e!r}"
-        print(f"genenv_jax.study.report: error: {why}", file=sys.stderr)
+        print(f"{PROGRAM}: error: {why}", file=sys.stderr)
         return 2
     print(write_report(study_dir, study))
     return 0

@@ -21,14 +21,15 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import ConfigDict
 from tqdm.auto import tqdm
 
 from genenv_jax.workdir import storage
 from genenv_jax.core.compilation_cache import persistent_compilation_cache
 from genenv_jax.core.config_checks import ConfigError
-from genenv_jax.cli import command_line_parser, config_flag, die, one_line, workdir_flag
+from genenv_jax.cli import command, command_line_parser, config_flag, die, error_text, one_line, workdir_flag
+from genenv_jax.cli import run as run_command
 from genenv_jax.configs.run_config import MODES
 
 PROGRAM = "genenv_jax.study"
@@ -159,11 +160,12 @@ def _with_scale(argv: list[str]) -> list[str]:
     return out
 
 
+@command(PROGRAM)
 def main(argv) -> None:
     from genenv_jax.study.report import write_report
 
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+        die(f"unexpected arguments: {argv[1:]} (flags are --name=value; see --help)", PROGRAM)
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
     study = _CONFIG.value
@@ -173,12 +175,12 @@ def main(argv) -> None:
         path = write_report(study_dir) if _REPORT_ONLY.value else run_study(study, study_dir, command)
     except ConfigError as e:
         die(one_line(e), PROGRAM)
-    except (FileNotFoundError, PermissionError, OSError) as e:
-        die(f"{one_line(e)} (check --workdir; a rerun of the same command resumes)", PROGRAM)
+    except OSError as e:
+        die(f"{error_text(e)} (check --workdir; a rerun of the same command resumes)", PROGRAM)
     print(f"\nstudy report: {path}")
 
 
 def run_main() -> None:
     flags.mark_flag_as_required("config")
     parse = command_line_parser(PROGRAM)
-    app.run(main, flags_parser=lambda argv: parse(_with_scale(list(argv))))
+    run_command(main, PROGRAM, lambda argv: parse(_with_scale(list(argv))))

@@ -20,10 +20,14 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from absl import app, flags
+from absl import flags
 from ml_collections import ConfigDict
 
+from genenv_jax import cli
+from genenv_jax.core.errors import CommandError, check_at_least, check_output_path
+
 FLAGS = flags.FLAGS
+PROGRAM = "genenv_jax.tools.dreamgym_compare"
 TASK_TYPES = ("pick_and_place_simple", "look_at_obj_in_light")
 REAL_EPOCHS = 2  # DreamGym-S2R's real epochs, at the end
 
@@ -207,15 +211,30 @@ def report(summary: dict[str, dict[str, Any]], epochs: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def check_flags(workdir: Path, names: Sequence[str], epochs: int, report_only: bool) -> None:
+    """Refuses, before the workdir is created, an unknown arm, a count of epochs an arm cannot
+    run, an occupied or unwritable workdir, and `--report_only` where no arm has metrics (an
+    empty report would look like a finished comparison)."""
+    table = arms(1)
+    unknown = [a for a in names if a not in table]
+    if unknown:
+        raise CommandError(f"--arms: unknown arm {unknown[0]!r} (known: {', '.join(table)})")
+    check_at_least(epochs, "--epochs", 1)
+    check_output_path(workdir, "--workdir", directory=True)
+    if report_only and not any((workdir / "runs" / name / "metrics.jsonl").is_file() for name in names):
+        raise CommandError(f"--report_only: no arm of {', '.join(names)} has metrics under {workdir / 'runs'} "
+                           "(run the comparison first)")
+
+
+@cli.command(PROGRAM)
 def main(argv: Sequence[str]) -> None:
-    del argv
+    if len(argv) > 1:
+        cli.die(f"unexpected arguments: {argv[1:]} (flags are --name=value; see --help)", PROGRAM)
     f = FLAGS
     workdir = Path(f.workdir).absolute()
+    check_flags(workdir, f.arms, f.epochs, f.report_only)
     workdir.mkdir(parents=True, exist_ok=True)
     table = arms(f.epochs)
-    unknown = [a for a in f.arms if a not in table]
-    if unknown:
-        raise app.UsageError(f"--arms: unknown arm {unknown[0]!r} (known: {', '.join(table)})")
     if not f.report_only:
         from genenv_jax.core.compilation_cache import persistent_compilation_cache
 
@@ -225,6 +244,8 @@ def main(argv: Sequence[str]) -> None:
             run_arm(workdir, name, comparison_config(workdir, f.epochs, f.seed, table[name]))
             evaluate_on_train_games(workdir, name, comparison_config(workdir, f.epochs, f.seed, table[name]))
     summary = summarise(workdir, f.arms)
+    if not summary:
+        raise CommandError(f"no arm of {', '.join(f.arms)} has a finished epoch under {workdir / 'runs'}")
     (workdir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     text = report(summary, f.epochs)
     (workdir / "report.md").write_text(text)
@@ -233,4 +254,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.run(main, PROGRAM)

@@ -21,9 +21,9 @@ import sys
 from typing import Callable, Sequence
 
 import jax
-from absl import app, flags
+from absl import flags
 
-from genenv_jax.cli import command_line_parser, config_flag, die, one_line
+from genenv_jax.cli import command, config_flag, die, one_line, run
 from genenv_jax.tools.memory_plan import (GIB, Knobs, Measurer, Plan, PlanError, PolicyMemory, build_plan,
                                           config_knobs, set_host_device_count)
 from genenv_jax.configs.run_config import ConfigError, RunConfig
@@ -298,6 +298,7 @@ def load_run_config(config, chips: int) -> RunConfig:
     return RunConfig.from_config_dict(tree, num_devices=chips)
 
 
+@command(PROGRAM)
 def main(argv: list[str]) -> None:
     """Checks the flags, sets up the virtual CPU devices, validates the config and reports."""
     if len(argv) > 1:
@@ -322,4 +323,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=command_line_parser(PROGRAM))
+    run(main, PROGRAM)

@@ -149,7 +149,9 @@ def read_split(data_dir: str | os.PathLike, split: str, task_types=vocab.TASK_TY
         try:
             traj = json.loads(traj_path.read_text())
             game = json.loads(game_path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
+        except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8
             raise ValueError(f"{traj_path.parent}: unreadable game files ({e})") from None
+        if not (isinstance(traj, dict) and isinstance(game, dict)):
+            raise ValueError(f"{traj_path.parent}: traj_data.json and game.tw-pddl must each hold a JSON object")
         if traj.get("task_type") in task_types and game.get("solvable") is True:
             yield GameEntry(split=split, path=rel, traj=traj, game=game)

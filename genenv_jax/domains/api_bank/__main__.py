@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from genenv_jax.core.errors import ArgumentParser, command
 from genenv_jax.domains.api_bank.calls import CALL_FORMATS
 from genenv_jax.domains.api_bank.correctness import SCORINGS
 from genenv_jax.domains.api_bank.domain import APIBankDomain
 from genenv_jax.domains.api_bank.replay import replay_gold
 
 
+PROGRAM = "python -m genenv_jax.domains.api_bank"
+
+
+@command(PROGRAM)
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m genenv_jax.domains.api_bank", description=__doc__)
+    p = ArgumentParser(prog=PROGRAM, description=__doc__)
     p.add_argument("--data_dir", required=True, help="the API-Bank download (official layout)")
     p.add_argument("--call_format", choices=CALL_FORMATS + ("both",), default="both")
     p.add_argument("--split", default="test")

@@ -8,12 +8,12 @@ each final `<answer>` against the download's gold answers and prints one JSON ob
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 from typing import Sequence
 
+from genenv_jax.core.errors import ArgumentParser, CommandError, command, one_line
 from genenv_jax.domains.bamboogle.data import DataMissing, read_questions
 from genenv_jax.domains.bamboogle.episode import score_responses
 
@@ -21,7 +21,11 @@ from genenv_jax.domains.bamboogle.episode import score_responses
 def read_items(path: Path) -> dict[str, str]:
     """{task_id: response} of an items.jsonl; ValueError naming the line of a malformed one."""
     out = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    for number, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
                 item = json.loads(line)
@@ -31,17 +35,23 @@ def read_items(path: Path) -> dict[str, str]:
     return out
 
 
+PROGRAM = "python -m genenv_jax.domains.bamboogle"
+
+
+@command(PROGRAM, expected=(DataMissing,))
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m genenv_jax.domains.bamboogle", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog=PROGRAM, description=__doc__.split("\n")[0])
     p.add_argument("--data_dir", required=True, help="the Bamboogle download the evaluation used")
     p.add_argument("--items", required=True, help="an evaluation's items.jsonl")
     args = p.parse_args(argv)
+    golds = {q.qid: q.answers for q in read_questions(args.data_dir)}
+    responses = read_items(Path(args.items))
+    if not responses:
+        raise CommandError(f"{args.items}: no items (an evaluation's items.jsonl has one JSON object a line)")
     try:
-        golds = {q.qid: q.answers for q in read_questions(args.data_dir)}
-        scores = score_responses(golds, read_items(Path(args.items)))
-    except (DataMissing, ValueError, KeyError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        scores = score_responses(golds, responses)
+    except KeyError as e:  # ids the download has no gold answer for: items of another data set
+        raise CommandError(f"{args.items}: {one_line(e).strip(chr(34))} (not in --data_dir {args.data_dir})") from None
     print(json.dumps(scores, sort_keys=True))
     return 0
 

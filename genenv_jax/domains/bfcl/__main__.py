@@ -4,11 +4,11 @@ every shipped entry and `parse_task` on every entry re-serialised as a generatio
 
 from __future__ import annotations
 
-import argparse
 import collections
 import sys
 from typing import Any, Sequence
 
+from genenv_jax.core.errors import ArgumentParser, command
 from genenv_jax.domains.base import Task
 from genenv_jax.domains.bfcl import data as bfcl_data, schema as bfcl_schema
 from genenv_jax.domains.bfcl.data import SplitFractions
@@ -69,8 +69,12 @@ def shipped_parse_check(domain: BFCLDomain) -> dict[str, collections.Counter]:
     return report
 
 
+PROGRAM = "python -m genenv_jax.domains.bfcl"
+
+
+@command(PROGRAM)
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m genenv_jax.domains.bfcl", description=__doc__.split("\n")[0])
+    parser = ArgumentParser(prog=PROGRAM, description=__doc__.split("\n")[0])
     parser.add_argument("--stats", action="store_true", help="print seed counts per category and split")
     parser.add_argument("--check", action="store_true",
                         help="reward check on every shipped possible answer, and parse_task on every entry")

@@ -4,12 +4,12 @@ compares each verdict with BFCL's official checker, and runs `parse_task` on eve
 
 from __future__ import annotations
 
-import argparse
 import collections
 import sys
 import time
 from typing import Sequence
 
+from genenv_jax.core.errors import ArgumentParser, command
 from genenv_jax.domains.base import Task
 from genenv_jax.domains.bfcl.data import SPLITS
 from genenv_jax.domains.bfcl_multiturn import schema, verify
@@ -39,8 +39,12 @@ def shipped_parse_check(domain: BFCLMultiTurnDomain) -> dict[str, collections.Co
     return report
 
 
+PROGRAM = "python -m genenv_jax.domains.bfcl_multiturn"
+
+
+@command(PROGRAM)
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m genenv_jax.domains.bfcl_multiturn",
+    parser = ArgumentParser(prog=PROGRAM,
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--stats", action="store_true", help="print seed counts per category and split")
     parser.add_argument("--check", action="store_true", help="replay, perturbation agreement and parse_task checks")

@@ -19,13 +19,13 @@ them as upstream checks the whole CSV. `strict` is the paper's definitions; `bot
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import sys
 from pathlib import Path
 
-from genenv_jax.domains.travelplanner.database import Database, DatabaseError
+from genenv_jax.core.errors import ArgumentParser, check_output_path, command
+from genenv_jax.domains.travelplanner.database import Database
 from genenv_jax.domains.travelplanner.metrics import SCORINGS, evaluate_plan, metric_table
 from genenv_jax.domains.travelplanner.queries import QueryParseError, parse_query_text, query_from_row
 from genenv_jax.domains.travelplanner.tools import FlightsView, FlightTable
@@ -37,6 +37,9 @@ LABELS = (("delivery_rate", "Delivery rate"), ("commonsense_micro", "Commonsense
           ("hard_macro", "Hard constraint macro pass rate"), ("final_pass_rate", "Final pass rate"))
 
 
+PROGRAM = "python -m genenv_jax.domains.travelplanner.evaluate"
+
+
 class EvaluationInputError(ValueError):
     """A plans or queries file that cannot be read (the message names file and line)."""
 
@@ -46,9 +49,11 @@ def database_dir(data_dir: Path) -> Path:
 
 
 def read_plans(path: Path) -> list[dict]:
+    """The submission records of a plans JSONL; an empty, binary or malformed file is an error
+    naming the file (and line), never a table of 0 plans."""
     records = []
     with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
+        for number, line in enumerate(_lines(handle, path), start=1):
             if not line.strip():
                 continue
             try:
@@ -58,13 +63,25 @@ def read_plans(path: Path) -> list[dict]:
             if not isinstance(record, dict) or "plan" not in record:
                 raise EvaluationInputError(f"{path}:{number}: a record needs a 'plan' key")
             records.append(record)
+    if not records:
+        raise EvaluationInputError(f"{path}: no plans (one JSON record {{idx, query, plan}} a line)")
     return records
+
+
+def _lines(handle, path: Path):
+    """The lines of a text file, a byte that is not UTF-8 being an error naming file and line."""
+    number = 0
+    try:
+        for number, line in enumerate(handle, start=1):
+            yield line
+    except UnicodeDecodeError as error:
+        raise EvaluationInputError(f"{path}:{number + 1}: not UTF-8 text ({error.reason})") from None
 
 
 def read_query_rows(path: Path) -> list[dict]:
     csv.field_size_limit(sys.maxsize)
     with path.open(newline="", encoding="utf-8") as handle:
-        return list(csv.DictReader(handle))
+        return list(csv.DictReader(_lines(handle, path)))
 
 
 def stored_references(database: Path) -> list:
@@ -124,8 +141,9 @@ def format_table(table: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+@command(PROGRAM)
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = ArgumentParser(prog=PROGRAM, description=__doc__.split("\n")[0])
     parser.add_argument("--data_dir", type=Path, required=True, help="TravelPlanner download (with database/)")
     parser.add_argument("--plans", type=Path, required=True, help="JSONL of {idx, query, plan}")
     queries = parser.add_mutually_exclusive_group()
@@ -139,15 +157,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.split:
         args.queries = args.data_dir / f"{args.split}.csv"
     scorings = SCORINGS if args.scoring == "both" else (args.scoring,)
-    try:
-        if args.details and args.details.resolve() in {p.resolve() for p in (args.plans, args.queries) if p}:
-            raise EvaluationInputError(f"--details {args.details} is an input file; give another path")
-        records = read_plans(args.plans)
-        queries = queries_for(records, args.plans, args.queries)
-        judges = {scoring: judge_database(database_dir(args.data_dir), scoring, queries) for scoring in scorings}
-    except (DatabaseError, EvaluationInputError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    if args.details and args.details.resolve() in {p.resolve() for p in (args.plans, args.queries) if p}:
+        raise EvaluationInputError(f"--details {args.details} is an input file; give another path")
+    if args.details:
+        check_output_path(args.details, "--details", directory=False)
+    records = read_plans(args.plans)
+    queries = queries_for(records, args.plans, args.queries)
+    judges = {scoring: judge_database(database_dir(args.data_dir), scoring, queries) for scoring in scorings}
     results = {}
     for scoring, db in judges.items():
         verdicts = [evaluate_plan(query, record["plan"], db, scoring) for query, record in zip(queries, records)]

@@ -1,0 +1,69 @@
+"""absl's flag parsing and `app.run` with the shared error line (`core.errors`): `--help` and
+`--helpfull` exit 0 (absl exits 1), a bad flag is one line `<program>: error: ...` with exit status
+2 (absl prints a preamble and a hint over three lines, exit 1), and a command's own causes (a broken
+config file) can be named by an `explain` hook. Used by every absl command; `genenv_jax.cli` adds
+the `--config` handling."""
+
+from __future__ import annotations
+
+import contextlib
+import logging as std_logging
+from typing import Callable
+
+from absl import app, flags
+from absl import logging as absl_logging
+
+from genenv_jax.core.errors import die, one_line
+
+# absl's help flags print the help and exit 1; a command asked for its help has not failed.
+HELP_FLAGS = ("-?", "-h", "--help", "--helpshort", "--helpfull", "--helpxml")
+
+Explain = Callable[[BaseException], "str | None"]
+
+
+class _BelowError(std_logging.Filter):
+    def filter(self, record: std_logging.LogRecord) -> bool:
+        return record.levelno >= std_logging.ERROR
+
+
+@contextlib.contextmanager
+def _no_absl_warnings():
+    """Drops absl log records below ERROR while the flags are parsed: ml_collections logs a warning
+    for a `get_config` returning None (which the parser reports itself), and absl would print it
+    with a 'logging before flag parsing' preamble: three lines for one cause."""
+    logger = absl_logging.get_absl_logger()
+    drop = _BelowError()
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
+
+
+def parse_flags(argv: list[str], program: str, explain: Explain | None = None) -> list[str]:
+    """`flags.FLAGS(argv)` with each failure as one line. `explain(error)` names a cause the
+    command knows (None: a flag error is `bad command line: ...`, any other error is re-raised,
+    a bug keeping its traceback)."""
+    try:
+        with _no_absl_warnings():
+            return flags.FLAGS(argv)
+    except SystemExit as e:  # only absl's help flags exit while parsing
+        asked = any(a.split("=")[0] in HELP_FLAGS for a in argv)
+        raise SystemExit(0 if e.code == 1 and asked else e.code) from None
+    except Exception as e:  # noqa: BLE001 - named below, or re-raised
+        message = explain(e) if explain is not None else None
+        if message is None and isinstance(e, flags.Error):
+            message = f"bad command line: {one_line(e)}"
+        if message is None:
+            raise
+        die(message, program)
+
+
+def flags_parser(program: str, explain: Explain | None = None) -> Callable[[list[str]], list[str]]:
+    """An `app.run` flags parser for `program` (see `parse_flags`)."""
+    return lambda argv: parse_flags(list(argv), program, explain)
+
+
+def run(main: Callable, program: str, parser: Callable[[list[str]], list[str]] | None = None) -> None:
+    """absl's `app.run(main)` with the one-line parser (`flags_parser(program)` unless given)."""
+    app.run(main, flags_parser=parser or flags_parser(program))
