@@ -19,7 +19,10 @@ import pytest
 from orbax.checkpoint._src.handlers import json_checkpoint_handler
 
 from genenv_jax.workdir.checkpoints import CheckpointError, Checkpointer, abstract_tree, resume
-from genenv_jax.workdir.metrics import MetricsWriter, read_metrics, truncate_metrics
+from genenv_jax.workdir import storage
+from genenv_jax.workdir.metrics import MetricsWriter, read_metrics, tensorboard_scalars, truncate_metrics
+from genenv_jax.workdir.tensorboard_events import (event_files, read_events, read_scalars, scalars_record,
+                                                   version_record)
 from genenv_jax.workdir.pools import Pool, PoolError
 from genenv_jax.workdir.lock import WorkdirLock, WorkdirLockedError
 
@@ -371,6 +374,82 @@ def test_metrics_writer_writes_only_rows_the_reader_accepts(tmp_path):
     writer.close()
     assert read_metrics(tmp_path / "metrics.jsonl") == [
         {"epoch": -1, "warmstart/loss": 0.5}, {"epoch": 0, "loss": 0.25, "count": 3, "flag": True, "mode": "genenv"}]
+
+
+# ----------------------------------------------------------------------------------------------
+# TensorBoard events: always the committed rows of metrics.jsonl, each exactly once.
+
+_KILLED_TOY_RUN = """
+import os, signal, sys
+from pathlib import Path
+import test_reliability_storage as toy
+
+def die(kill_at, point, epoch):  # a real kill: no finally block, no close, no flush
+    if kill_at == (point, epoch):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+toy._maybe_kill = die
+toy.toy_run(Path(sys.argv[1]), 4, kill_at=(sys.argv[2], int(sys.argv[3])))
+"""
+
+
+def _killed_toy_run(workdir: Path, point: str, epoch: int) -> None:
+    """The toy run in a child process SIGKILLed at `point` of `epoch` (see `toy_run`)."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), str(root / "tests")]))
+    child = subprocess.run([sys.executable, "-c", _KILLED_TOY_RUN, str(workdir), point, str(epoch)],
+                           cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert child.returncode == -signal.SIGKILL, child.stderr[-3000:]
+
+
+def _assert_events_equal_metrics(workdir: str | Path, epochs: list[int]) -> None:
+    """The TensorBoard events hold every scalar of metrics.jsonl's rows exactly once (as float32,
+    TensorBoard's precision) and nothing else, in one event file (a local or gs:// workdir)."""
+    workdir = storage.as_path(workdir)
+    rows = read_metrics(workdir / "metrics.jsonl")
+    assert [r["epoch"] for r in rows] == epochs
+    want = {(tag, r["epoch"]): [float(np.float32(x))] for r in rows for tag, x in tensorboard_scalars(r).items()}
+    assert read_scalars(workdir / "tensorboard") == want
+    assert len(event_files(workdir / "tensorboard")) == 1
+
+
+def test_tensorboard_events_survive_a_kill_mid_epoch_a_resume_and_a_checkpoint_fallback(tmp_path):
+    _killed_toy_run(tmp_path, "metrics", 2)  # epoch 2's row and events written, its checkpoint not
+    _assert_events_equal_metrics(tmp_path, [0, 1, 2])
+    assert toy_run(tmp_path, 4)[0] == 3  # resumes after epoch 1: epoch 2's first row and events dropped
+    _assert_events_equal_metrics(tmp_path, [0, 1, 2, 3])
+    _truncate_data(tmp_path, 3)  # the newest checkpoint is broken: the rerun falls back to epoch 2's
+    assert toy_run(tmp_path, 4)[0] == 3
+    _assert_events_equal_metrics(tmp_path, [0, 1, 2, 3])
+
+
+def test_tensorboard_events_are_rebuilt_from_metrics_jsonl_on_opening(tmp_path):
+    row = {f"group/m{i:02d}": i + 0.25 for i in range(33)} | {"mode": "genenv", "ok": True, "none": None}
+    writer = MetricsWriter(tmp_path)
+    for epoch in (-1, 0, 1, 2):
+        writer.write(epoch, row)  # never closed: each row's events are on disk when write returns
+    _assert_events_equal_metrics(tmp_path, [-1, 0, 1, 2])
+    [events] = event_files(tmp_path / "tensorboard")
+    wall_time_0 = read_events(events.read_bytes())[2].wall_time
+    with open(events, "ab") as f:  # a kill in the middle of appending a record
+        f.write(scalars_record(3, row_scalars := tensorboard_scalars({"epoch": 3, **row}), 1.0)[:-7])
+    stale = tmp_path / "tensorboard" / "events.out.tfevents.1700000000.host"  # an old writer's file
+    stale.write_bytes(version_record(1.0) + scalars_record(0, row_scalars, 1.0))
+    (tmp_path / "tensorboard" / ".tmp.genenv-events.1234").write_bytes(b"a rebuild cut by a kill")
+    assert read_scalars(tmp_path / "tensorboard")[("group/m00", 0)] == [0.25, 0.25]  # doubled, as before
+
+    truncate_metrics(tmp_path / "metrics.jsonl", 1)  # resume after epoch 1
+    MetricsWriter(tmp_path).write(2, row | {"group/m00": 7.5})
+    _assert_events_equal_metrics(tmp_path, [-1, 0, 1, 2])
+    assert read_scalars(tmp_path / "tensorboard")[("group/m00", 2)] == [7.5]
+    [events] = event_files(tmp_path / "tensorboard")
+    assert storage.listdir(tmp_path / "tensorboard") == [events.name]
+    written = read_events(events.read_bytes())
+    assert written[0].file_version == "brain.Event:2" and written[2].wall_time == wall_time_0  # times kept
+
+    MetricsWriter(tmp_path).write(2, {"group/m00": 8.5})  # a row replaced in place: its later values win
+    assert read_scalars(tmp_path / "tensorboard")[("group/m00", 2)] == [8.5]
+    assert ("group/m01", 2) not in read_scalars(tmp_path / "tensorboard")
 
 
 # ----------------------------------------------------------------------------------------------

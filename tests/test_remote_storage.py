@@ -27,7 +27,7 @@ from genenv_jax.loop import records
 from genenv_jax.workdir.metrics import MetricsWriter, plot_curves, read_metrics, truncate_metrics
 from genenv_jax.workdir.pools import Pool, PoolError
 from genenv_jax.workdir.lock import WorkdirLock, WorkdirLockedError
-from test_reliability_storage import _assert_same_run, _fresh_arrays, toy_run
+from test_reliability_storage import _assert_events_equal_metrics, _assert_same_run, _fresh_arrays, toy_run
 
 BUCKET = "bucket"
 
@@ -308,6 +308,7 @@ def test_the_loop_runs_and_resumes_in_a_gs_workdir(run_url, toy_domain):
     writer.close()
     resumed = CoEvolution(toy_config(epochs=1, mode="random"), run_url)
     assert resumed.run() == rows  # resumed after epoch 0: epoch 1's pool shard and row are rolled back
+    _assert_events_equal_metrics(run_url, [0])  # and its TensorBoard events
     assert resumed.pools["d_train"].epochs == [0] and resumed.pools["d_train"].records() == (
         first.pools["d_train"].records(0))
     for x, y in zip(jax.tree.leaves(first.final_state.agent.params),

@@ -4,7 +4,8 @@ metrics.jsonl holds one validated row per line ({"epoch": int >= -1, name: scala
 Reading never changes the file; `truncate_metrics` (resume) keeps a file with bad lines aside
 before rewriting its valid rows, so no row is ever dropped silently. A gs:// workdir works too
 (`genenv_jax.workdir.storage`): each row rewrites the whole object (GCS objects cannot be appended), and
-TensorBoard events are written to a local temp directory and uploaded whole at each flush.
+so does each row's TensorBoard events. The events are derived data: rebuilt from metrics.jsonl whenever
+a writer opens, so kills and resumes never lose or double them.
 """
 
 from __future__ import annotations
@@ -16,16 +17,14 @@ import logging
 import math
 import numbers
 import os
-import shutil
-import tempfile
 import time
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from genenv_jax.workdir import storage
 from genenv_jax.workdir.storage import AnyPath
 
 METRICS_FILE = "metrics.jsonl"
+TENSORBOARD_DIR = "tensorboard"
 
 # The per-epoch curves the final plot shows (the paper's dynamics figure), in panel order.
 PLOTTED = (
@@ -83,55 +82,47 @@ def validate_row(row: Any) -> dict:
 
 
 class MetricsWriter:
-    """Appends one JSON line per epoch to `metrics.jsonl` and mirrors scalars to TensorBoard
-    (<workdir>/tensorboard; for gs://, written locally and uploaded at each flush)."""
+    """Appends one JSON line per epoch to `metrics.jsonl` and mirrors its scalars to TensorBoard
+    (<workdir>/tensorboard), whose events always equal the file's rows: on opening the events are
+    rebuilt from metrics.jsonl (which resume has truncated to the checkpoint), and each row's
+    events are on disk before `write` returns (`genenv_jax.workdir.tensorboard_events`)."""
 
     def __init__(self, workdir: str | os.PathLike, enabled: bool = True):
         self.workdir = storage.as_path(workdir)
         self.path = self.workdir / METRICS_FILE
         self.enabled = enabled
-        self._tb = None
-        self._tb_staging: Path | None = None  # the local events directory of a gs:// workdir
+        self._events = None
         if enabled:
-            from tensorboardX import SummaryWriter  # no TensorFlow needed
+            from genenv_jax.workdir.tensorboard_events import EventLog  # imports tensorboardX: only on writers
 
-            if storage.is_remote(self.workdir):  # tensorboardX's own gs:// writer re-uploads at exit
-                self._tb_staging = Path(tempfile.mkdtemp(prefix="genenv-tensorboard-"))
-            self._tb = SummaryWriter(os.fspath(self._tb_staging or self.workdir / "tensorboard"))
+            self._events = EventLog(self.workdir / TENSORBOARD_DIR, self._rows_scalars())
 
     def write(self, epoch: int, metrics: Mapping[str, Any]) -> None:
-        """Appends (and fsyncs; on GCS rewrites) the row of `epoch`; BadMetricsRow, before writing, for
-        a value that is not a scalar, so the file only ever holds rows `read_metrics` accepts."""
+        """Appends (and fsyncs; on GCS rewrites) the row of `epoch`, then its TensorBoard events;
+        BadMetricsRow, before writing, for a value that is not a scalar, so the file only ever
+        holds rows `read_metrics` accepts."""
         if "epoch" in metrics:
             raise BadMetricsRow("metrics may not contain the key 'epoch' (the row's own epoch)")
         row = validate_row({"epoch": epoch, **{k: _row_value(k, v) for k, v in metrics.items()}})
         if self.enabled:
             storage.append_text(self.path, json.dumps(row) + "\n")
-            for key, value in row.items():
-                x = _scalar(value)
-                if key != "epoch" and x is not None and not isinstance(value, bool):
-                    self._tb.add_scalar(key, x, epoch)
-            self._flush_tensorboard()
+            if epoch in self._events.steps:  # a row replaced (the later one wins): no second value
+                self._events.rebuild(self._rows_scalars())
+            else:
+                self._events.add(epoch, tensorboard_scalars(row))
 
-    def _flush_tensorboard(self) -> None:
-        self._tb.flush()
-        if self._tb_staging is not None:
-            self._upload_tensorboard()
-
-    def _upload_tensorboard(self) -> None:
-        """Uploads each local events file of a gs:// workdir whole (one object write each)."""
-        for name in storage.listdir(self._tb_staging):
-            storage.upload(self._tb_staging / name, self.workdir / "tensorboard" / name)
+    def _rows_scalars(self) -> list[tuple[int, dict[str, float]]]:
+        """(epoch, scalars) of every valid row of metrics.jsonl, in epoch order."""
+        return [(row["epoch"], tensorboard_scalars(row)) for row in parse_metrics(self.path).upto(None)]
 
     def close(self) -> None:
-        if self._tb is None:
-            return
-        self._tb.close()
-        if self._tb_staging is not None:
-            try:
-                self._upload_tensorboard()
-            finally:
-                shutil.rmtree(self._tb_staging, ignore_errors=True)
+        """Nothing is buffered (each write is durable); kept so callers close what they open."""
+
+
+def tensorboard_scalars(row: Mapping[str, Any]) -> dict[str, float]:
+    """The values of a metrics row TensorBoard plots: finite numbers, not bools, not the epoch."""
+    return {key: x for key, value in row.items()
+            if key != "epoch" and not isinstance(value, bool) and (x := _scalar(value)) is not None}
 
 
 @dataclasses.dataclass(frozen=True)
