@@ -244,7 +244,8 @@ def test_a_real_epochs_episodes_become_agent_transitions_and_a_broken_one_is_cou
     task = seeds["multi_turn_base_0"]
     episode = _run(LocalEnvironments(domain), task, text, domain.reference_turns(task))
     world = object.__new__(ExperienceWorld)
-    world.support, world.ctx = domain_support(domain), SimpleNamespace(domain=domain)
+    limits = SimpleNamespace(episodes=SimpleNamespace(score_timeout_s=300.0))
+    world.support, world.ctx = domain_support(domain), SimpleNamespace(domain=domain, config=limits)
     groups = [SimpleNamespace(task=task, episodes=[episode, SimpleNamespace(transcript=[None])])]
     added, failed = world._agent_transitions(groups)
     assert failed == 1 and [t.to_json() for t in added] == [

@@ -4,6 +4,8 @@ that keeps observation tokens out of GRPO."""
 import collections
 import os
 import re
+import signal
+import time
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +23,9 @@ from genenv_jax.sampling import FINISH_LENGTH, FINISH_STOP, SampleOutput
 
 class CountdownEnvironment(Environment):
     """Asks the agent to say the numbers n, n-1, ..., 1; done after 'n' turns; reward = all right.
-    Task options: `die_at_turn` kills the worker process, `raise_at_turn` raises in step."""
+    Task options: `die_at_turn` kills the worker process, `raise_at_turn` raises in step; for the
+    limits (tests/test_environment_limits.py) `spin_at_turn` loops in Python, `hang_at_turn` ignores
+    SIGALRM and sleeps, `hog_at_turn` allocates 4 GB, `flood_at_turn` answers with 1 MB of text."""
 
     def __init__(self, task):
         self.task, self.turn = task, 0
@@ -35,6 +39,16 @@ class CountdownEnvironment(Environment):
             os._exit(3)
         if self.task.prompt.get("raise_at_turn") == self.turn:
             raise KeyError("broken environment")
+        if self.task.prompt.get("spin_at_turn") == self.turn:
+            while True:
+                pass
+        if self.task.prompt.get("hang_at_turn") == self.turn:
+            signal.signal(signal.SIGALRM, signal.SIG_IGN)
+            time.sleep(3600)
+        if self.task.prompt.get("hog_at_turn") == self.turn:
+            self.hog = bytearray(4 << 30)
+        if self.task.prompt.get("flood_at_turn") == self.turn:
+            return StepOutcome(observation=[{"role": "tool", "content": "x" * (1 << 20)}], done=False)
         if self.turn >= self.task.prompt["n"]:
             return StepOutcome(observation=[], done=True, info={"errors": {"late": int(agent_text == "late")}})
         return StepOutcome(observation=[{"role": "tool", "content": f"now {self.task.prompt['n'] - self.turn}"}],

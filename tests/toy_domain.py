@@ -7,6 +7,8 @@ generation becomes a task (copies of the seed's number are rejected), so the loo
 from __future__ import annotations
 
 import re
+import signal
+import time
 from typing import Sequence
 
 from genenv_jax.domains.base import ChatPrompt, Domain, Rejection, ScoreResult, Task
@@ -16,8 +18,8 @@ class ToyDomain(Domain):
     name = "toy"
     rejection_reasons = ("no_number", "copy_of_seed")
 
-    def __init__(self, num_seeds: int = 4, reject_all: bool = False):
-        self.reject_all = reject_all
+    def __init__(self, num_seeds: int = 4, reject_all: bool = False, hang_answer: str = ""):
+        self.reject_all, self.hang_answer = reject_all, hang_answer
         self._seeds = [self._task(f"seed_{i}", str(i), None) for i in range(num_seeds)]
 
     @staticmethod
@@ -48,6 +50,10 @@ class ToyDomain(Domain):
         return ChatPrompt(messages=[{"role": "user", "content": task.prompt["question"]}])
 
     def score_details(self, task: Task, response: str) -> ScoreResult:
+        """`hang_answer`: scoring that task hangs, ignoring SIGALRM (tests/test_environment_limits.py)."""
+        if self.hang_answer and task.verifier["answer"] == self.hang_answer:
+            signal.signal(signal.SIGALRM, signal.SIG_IGN)
+            time.sleep(3600)
         return ScoreResult(reward=float(task.verifier["answer"] in response))
 
     def reference_response(self, task: Task) -> str:

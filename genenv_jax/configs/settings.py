@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from genenv_jax.core.config_checks import setting
 from genenv_jax.domains.base import SPLITS
+from genenv_jax.episodes.limits import EnvLimits
 from genenv_jax.models import ModelConfig, preset
 from genenv_jax.models.config import ATTENTION_KERNELS, REMAT_POLICIES
 from genenv_jax.models.lora import LoRAConfig
@@ -195,6 +196,16 @@ class EpisodeSettings:
     max_turns: int = setting(8, "agent turns per episode", minimum=1)
     max_total_tokens: int = setting(9000, "first prompt + all turns and observations (the paper's 9,000)")
     env_workers: int = setting(0, "environment worker processes (0: step in the loop's process)", minimum=0)
+    # Limits on every environment request (episodes/limits.py; defaults and why: docs/reliability.md).
+    step_timeout_s: float = setting(60.0, "wall-clock limit of a reset or step, seconds (0: none)", minimum=0)
+    score_timeout_s: float = setting(300.0, "wall-clock limit of a score or replay, seconds (0: none)", minimum=0)
+    max_observation_chars: int = setting(65536, "observation messages are cut to this many characters (0: no cut)",
+                                         minimum=0)
+    env_memory_mb: int = setting(8192, "address-space cap of an environment worker, MB (0: none)", minimum=0)
+
+    def limits(self) -> EnvLimits:
+        """The environment hosts' EnvLimits."""
+        return EnvLimits(self.step_timeout_s, self.score_timeout_s, self.max_observation_chars, self.env_memory_mb)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -196,6 +196,10 @@ class Domain(abc.ABC):
         return {"overall": float(np.mean([r["accuracy"] for r in per_category.values()])),
                 "overall_micro": sum(r["correct"] for r in per_category.values()) / n}
 
+    def prepare_environments(self) -> None:
+        """One-time set-up an environment host runs before its first request, outside the requests'
+        time limits (episodes/limits.py): e.g. loading or building a retrieval index. Default: none."""
+
     def dreamgym(self) -> DomainSupport | None:
         """DreamGym's pieces for this domain (`domains/experience.py`), or None (the default) when an
         experience model cannot stand in for its environment. May raise a ConfigError naming an

@@ -83,7 +83,7 @@ class CoEvolution:
         self.agent = policy(config.agent)
         self.simulator = policy(config.simulator)
         self.environments = open_environments(domain, DOMAINS[config.domain.name], config.domain.options,
-                                              config.episodes.env_workers)
+                                              config.episodes.env_workers, config.episodes.limits())
         self.world = None  # mode=dreamgym with synthetic epochs: the experience model's side
         world = self.mode.synthetic_epochs
         self.pools = shared_pools.open_pools(self.workdir / "pools", POOLS + ((REPLAY_POOL,) if world else ()))

@@ -27,6 +27,7 @@ from genenv_jax.dreamgym.model import ExperienceModel
 from genenv_jax.dreamgym.experience_text import PromptSettings
 from genenv_jax.dreamgym.replay import ReplayBuffer
 from genenv_jax.domains.experience import Transition
+from genenv_jax.episodes.limits import EnvTimeout, time_limit
 from genenv_jax.loop.context import STREAM_EXPERIENCE, STREAM_EXPERIENCE_SFT, LoopContext, epoch_seed
 from genenv_jax.loop.policy import Policy
 from genenv_jax.rl.batches import TrainRow
@@ -150,12 +151,19 @@ class ExperienceWorld:
 
     def _agent_transitions(self, groups: Sequence[Any]) -> tuple[list[Transition], int]:
         """The real transitions of a real epoch's episodes (the domain replays each transcript on
-        fresh environment state); an episode whose replay fails is counted and left out."""
+        fresh environment state, within `episodes.score_timeout_s`); an episode whose replay fails
+        or runs past the limit is counted and left out."""
         out, failed = [], 0
+        seconds = self.ctx.config.episodes.score_timeout_s
         for group in groups:
             for episode in group.episodes:
                 try:
-                    out += self.support.episode(self.ctx.domain, group.task, episode.transcript)
+                    with time_limit(seconds):
+                        out += self.support.episode(self.ctx.domain, group.task, episode.transcript)
+                except EnvTimeout:
+                    failed += 1
+                    logging.warning("dreamgym: replaying an episode of %s ran past %g s; not added",
+                                    group.task.task_id, seconds)
                 except Exception as e:  # noqa: BLE001 - a replay that disagrees never stops the run
                     failed += 1
                     logging.warning("dreamgym: replaying an episode of %s failed (%s: %s); not added",

@@ -85,6 +85,8 @@ SAFE_TO_CHANGE = ("epochs", "allow_config_change", "log.", "checkpoint.", "mesh.
                   "agent.sampling.prefix_cache_tokens", "simulator.sampling.prefix_cache_tokens",
                   "experience.sampling.prefix_cache_tokens",
                   "agent.train.micro_batches", "simulator.train.micro_batches", "episodes.env_workers",
+                  "episodes.step_timeout_s", "episodes.score_timeout_s", "episodes.max_observation_chars",
+                  "episodes.env_memory_mb",
                   "warmstart.cache_dir", "evaluation.")
 
 # Keys added after runs were saved without them, with the value that keeps the old behaviour:

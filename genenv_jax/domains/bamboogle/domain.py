@@ -85,6 +85,11 @@ class BamboogleDomain(Domain):
     def environment(self, task: Task) -> BamboogleEnvironment:
         return _LazyRetrieverEnvironment(self, task)
 
+    def prepare_environments(self) -> None:
+        """Loads (or builds) the retriever before the first episode: at full size a BM25 index takes
+        minutes, which must not count against the first search's step limit."""
+        _ = self.retriever
+
     def agent_prompt(self, task: Task) -> ChatPrompt:
         return BamboogleEnvironment(task, None, self.topk, self.max_searches, self.max_turns).reset()
 

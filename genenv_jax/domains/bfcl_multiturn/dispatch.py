@@ -23,6 +23,8 @@ from typing import Any, Mapping, Sequence
 
 import mpmath
 
+from genenv_jax.core.bounded_text import bound_text
+from genenv_jax.domains.bfcl_multiturn.backend_limits import FILE_SYSTEM, guarded_call
 from genenv_jax.domains.bfcl_multiturn.data import STATELESS, backend_class, function_names, parameter_types
 from genenv_jax.core.json_text import MAX_JSON_CHARS, MAX_JSON_DEPTH
 
@@ -44,8 +46,11 @@ COST_LIMITS = {
 }
 MAX_POWER_RESULT_BITS = 1 << 20  # MathAPI.power on two integers: |exponent| x bits of |base|
 # Classes whose number parameters (declared float / integer / array of numbers) must hold JSON
-# numbers: MathAPI's arithmetic on a string or a list (multiply("x", 10**9)) builds gigabytes.
-NUMBERS_ONLY = frozenset({"MathAPI"})
+# numbers: MathAPI's arithmetic on a string or a list (multiply("x", 10**9)) builds gigabytes, and
+# TravelAPI.compute_exchange_rate multiplies `value` by up to 110 before float() (a 5.8 MB string
+# became a 634 MB error text). No shipped ground truth passes them anything else.
+NUMBERS_ONLY = frozenset({"MathAPI", "TravelAPI"})
+MAX_ERROR_CHARS = 2000  # a backend exception's text in the result and observation (cut with a marker)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,6 +190,10 @@ class Dispatcher:
         problem = problem or _cost_problem(class_name, name, arguments)
         if problem is not None:
             return refusal(name, "bad_arguments", f"{name}: {problem}")
+        if class_name == FILE_SYSTEM:
+            outcome, refused = guarded_call(self.backends.instances[class_name], name,
+                                            lambda: self._run(name, method, copy.deepcopy(arguments)))
+            return outcome if refused is None else refusal(name, "bad_arguments", refused)
         return self._run(name, method, copy.deepcopy(arguments))
 
     @staticmethod
@@ -197,7 +206,7 @@ class Dispatcher:
                 result = format_result(method(**arguments))
             return CallOutcome(name=name, result=result, observation=result)
         except Exception as e:  # noqa: BLE001 - a backend failure is the agent's error observation
-            text = f"Error during execution: {e}"
+            text = bound_text(f"Error during execution: {e}", MAX_ERROR_CHARS)
             return CallOutcome(name=name, result=text, observation=json.dumps({"error": text}, ensure_ascii=False),
                                error="backend_exception")
         finally:

@@ -25,6 +25,7 @@ from typing import Any, Sequence
 
 from genenv_jax.domains.base import Message, Task
 from genenv_jax.domains.bfcl_multiturn import data
+from genenv_jax.domains.bfcl_multiturn.backend_limits import same_state
 from genenv_jax.domains.bfcl_multiturn.episode import MultiTurnEnvironment
 from genenv_jax.domains.bfcl_multiturn.experience_text import (END_TURN, EPISODE_OVER, action_text, call_line,
                                                                results_state, task_text, user_state)
@@ -99,7 +100,7 @@ def play(task: Task, texts: Sequence[str], source: str) -> list[Transition]:
         if parsed.attempted_call:
             results = [str(m["content"]) for m in outcome.observation]
             after = env.dispatcher.backends.public_state()
-            changed = [f"{c}.{k}" for c in after for k in after[c] if before[c].get(k) != after[c][k]]
+            changed = [f"{c}.{k}" for c in after for k in after[c] if not same_state(before[c].get(k), after[c][k])]
             before = after
             next_state = results_state(results)
             valid = not outcome.info["errors"] and not any(_error_text(r) for r in results)
