@@ -182,17 +182,19 @@ def test_the_amplification_reply_and_long_error_texts_are_bounded():
 
 # ------------------------------------------------------------------------ a loop run
 @pytest.mark.slow
-def test_a_loop_with_a_stalling_environment_completes_and_counts_it(tmp_path, toy_domain, monkeypatch):
+def test_a_loop_with_a_stalling_and_a_memory_hungry_environment_completes_and_counts_them(tmp_path, toy_domain, monkeypatch):
     from loop_configs import toy_config
 
     from genenv_jax.loop import CoEvolution
 
     monkeypatch.setattr(environments, "KILL_GRACE_S", 0.5)
-    config = toy_config(epochs=1, **{"domain.options": {"num_seeds": 4, "hang_answer": "0"},
-                                     "episodes.env_workers": 1, "episodes.score_timeout_s": 1.0})
+    config = toy_config(epochs=1, **{"domain.options": {"num_seeds": 4, "hang_answer": "0", "hog_answer": "*"},
+                                     "episodes.env_workers": 1, "episodes.score_timeout_s": 1.0,
+                                     "episodes.env_memory_mb": 2048})
     rows = CoEvolution(config, tmp_path / "run").run()
     assert rows[-1]["epoch"] == 0 and "agent/loss" in rows[-1]
     assert rows[-1]["score_failed/env_timeout"] >= 1  # killed and replaced: the epoch went on
+    assert rows[-1]["score_failed/env_memory"] >= 1   # 64 GB asked for under a 2 GB cap: refused, not OOM-killed
 
 
 @pytest.mark.full(reason="three toy runs with a stalling environment (~2 min); the one-epoch run above is in make test")

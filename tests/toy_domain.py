@@ -18,8 +18,8 @@ class ToyDomain(Domain):
     name = "toy"
     rejection_reasons = ("no_number", "copy_of_seed")
 
-    def __init__(self, num_seeds: int = 4, reject_all: bool = False, hang_answer: str = ""):
-        self.reject_all, self.hang_answer = reject_all, hang_answer
+    def __init__(self, num_seeds: int = 4, reject_all: bool = False, hang_answer: str = "", hog_answer: str = ""):
+        self.reject_all, self.hang_answer, self.hog_answer = reject_all, hang_answer, hog_answer
         self._seeds = [self._task(f"seed_{i}", str(i), None) for i in range(num_seeds)]
 
     @staticmethod
@@ -50,10 +50,13 @@ class ToyDomain(Domain):
         return ChatPrompt(messages=[{"role": "user", "content": task.prompt["question"]}])
 
     def score_details(self, task: Task, response: str) -> ScoreResult:
-        """`hang_answer`: scoring that task hangs, ignoring SIGALRM (tests/test_environment_limits.py)."""
+        """`hang_answer`: scoring that task hangs, ignoring SIGALRM; `hog_answer` ("*": any other task):
+        scoring it allocates 64 GB (tests/test_environment_limits.py)."""
         if self.hang_answer and task.verifier["answer"] == self.hang_answer:
             signal.signal(signal.SIGALRM, signal.SIG_IGN)
             time.sleep(3600)
+        if self.hog_answer in ("*", task.verifier["answer"]) and self.hog_answer:
+            self.hog = bytearray(64 << 30)
         return ScoreResult(reward=float(task.verifier["answer"] in response))
 
     def reference_response(self, task: Task) -> str:
