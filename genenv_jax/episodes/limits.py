@@ -43,7 +43,7 @@ class EnvLimits:
     step_timeout_s: float = 60.0
     score_timeout_s: float = 300.0
     max_observation_chars: int = 65536
-    worker_memory_mb: int = 16384
+    worker_memory_mb: int = 8192
 
     def seconds(self, op: str) -> float:
         return self.score_timeout_s if op in SCORE_OPS else self.step_timeout_s
