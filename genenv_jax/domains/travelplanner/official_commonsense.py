@@ -5,7 +5,7 @@ official_reading.py for the source), on the plan exactly as submitted (a list of
 clean-up). docs/travelplanner.md lists every way these differ from the strict checks in
 commonsense.py, with an example each. Where the original raises (a day without 'current_city', a
 'from' with no 'to', a 'flight number' without the exact 'Flight Number: ' label), the whole official
-run would stop; here that one check fails, with the reason saying so (`OfficialCrash`).
+run would stop; here that one check fails, with the reason saying so (`guarded`).
 """
 
 from __future__ import annotations
@@ -195,10 +195,6 @@ def complete_information(query, plan, db) -> Result:
     return True, None
 
 
-class OfficialCrash(Exception):
-    """Where the original evaluator raises on a plan (the message says what it could not read)."""
-
-
 _CHECKS = {"within_sandbox": within_sandbox, "complete_information": complete_information,
            "within_current_city": within_current_city, "reasonable_city_route": reasonable_city_route,
            "diverse_restaurants": diverse_restaurants, "diverse_attractions": diverse_attractions,
@@ -221,4 +217,4 @@ def official_commonsense_results(query, plan: list, db) -> dict[str, Result]:
     return {name: guarded(_CHECKS[name], query, plan, db) for name in COMMONSENSE_CHECKS}
 
 
-__all__ = ["CRASHES", "MEALS", "OfficialCrash", "guarded", "official_commonsense_results"]
+__all__ = ["CRASHES", "MEALS", "guarded", "official_commonsense_results"]
