@@ -103,6 +103,9 @@ class TaskGenerator:
         for g in gens:
             if isinstance(g.result, Rejection):
                 counters[f"rejected/{g.result.reason}"] += 1
+            else:  # a check the domain was told to record rather than enforce (e.g. BFCL grounding="record")
+                for flag in g.result.metadata.get("flags", ()):
+                    counters[f"flagged/{flag}"] += 1
         return gens
 
 

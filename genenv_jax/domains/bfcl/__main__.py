@@ -12,7 +12,7 @@ from genenv_jax.core.errors import ArgumentParser, command
 from genenv_jax.domains.base import Task
 from genenv_jax.domains.bfcl import data as bfcl_data, schema as bfcl_schema
 from genenv_jax.domains.bfcl.data import SplitFractions
-from genenv_jax.domains.bfcl.domain import BFCLDomain
+from genenv_jax.domains.bfcl.domain import GROUNDING_MODES, BFCLDomain
 from genenv_jax.domains.bfcl.generation import task_as_generation
 
 
@@ -79,13 +79,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="reward check on every shipped possible answer, and parse_task on every entry")
     parser.add_argument("--validation", default="strict", choices=bfcl_schema.VALIDATION_LEVELS)
+    parser.add_argument("--grounding", default="reject", choices=GROUNDING_MODES,
+                        help="the grounding check of parse_task (grounding.py): reject, record or off")
     parser.add_argument("--train", type=float, default=0.7)
     parser.add_argument("--val", type=float, default=0.1)
     parser.add_argument("--test", type=float, default=0.2)
     args = parser.parse_args(argv)
     if not (args.stats or args.check):
         parser.error("nothing to do: pass --stats and/or --check")
-    domain = BFCLDomain(split_fractions=SplitFractions(args.train, args.val, args.test), validation=args.validation)
+    domain = BFCLDomain(split_fractions=SplitFractions(args.train, args.val, args.test), validation=args.validation,
+                        grounding=args.grounding)
     if args.stats:
         print(format_stats(domain))
     if args.check:
@@ -94,7 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {category}: {r['passed']}/{r['total']} = {r['passed'] / r['total']:.2%}")
             for task_id, error_type in r["failures"]:
                 print(f"    FAIL {task_id}: {error_type}")
-        print(f"\nparse_task ({args.validation}) on every shipped entry re-serialised as a generation:")
+        print(f"\nparse_task ({args.validation}, grounding {args.grounding}) on every shipped entry re-serialised "
+              "as a generation:")
         for category, counter in shipped_parse_check(domain).items():
             total = sum(counter.values())
             rejected = {k: v for k, v in counter.items() if k != "accepted"}

@@ -17,7 +17,7 @@ import hashlib
 import json
 from typing import Any, Mapping, Sequence
 
-from genenv_jax.domains.bfcl import data as bfcl_data, schema as bfcl_schema
+from genenv_jax.domains.bfcl import data as bfcl_data, grounding, schema as bfcl_schema
 from genenv_jax.domains.base import (ChatPrompt, Domain, Invalid, Rejection, ScoreResult, Task, curriculum_line,
                                      next_sibling)
 from genenv_jax.domains.bfcl.checker import check_calls
@@ -30,6 +30,7 @@ from genenv_jax.text.tokenization import parse_tool_calls, render_tool_calls
 DOMAIN_NAME = "bfcl"
 # BFCL appends this to every Python function description in its prompts (bfcl_eval.utils).
 PYTHON_HINT = " Note that the provided function is in Python 3 syntax."
+GROUNDING_MODES = ("reject", "record", "off")
 # The ideal response to an irrelevance task: plain text, no call.
 NO_CALL_RESPONSE = ("None of the provided functions can be used to answer this request, "
                     "so I will not call any of them.")
@@ -70,6 +71,10 @@ class BFCLDomain(Domain):
       categories: which BFCL categories to use (default: all ten single-turn ones).
       split_fractions / split_salt: the deterministic train/validation/test split.
       validation: "strict" (default) or "lenient" checking of generated tasks (bfcl_schema.py).
+      grounding: what happens to a generated task whose ground truth holds a value the question
+        does not state (`grounding.py`): "reject" (default; reason `ungrounded_answer`), "record"
+        (accepted, flagged in its metadata and counted by the loop as `flagged/ungrounded_answer`:
+        measures the rule without applying it) or "off".
     """
 
     name = DOMAIN_NAME
@@ -77,12 +82,16 @@ class BFCLDomain(Domain):
 
     def __init__(self, categories: Sequence[str] = CATEGORIES,
                  split_fractions: SplitFractions = SplitFractions(),
-                 split_salt: str = bfcl_data.DEFAULT_SPLIT_SALT, validation: str = "strict"):
+                 split_salt: str = bfcl_data.DEFAULT_SPLIT_SALT, validation: str = "strict",
+                 grounding: str = "reject"):
         unknown = [c for c in categories if c not in CATEGORIES]
         if unknown:
             raise ValueError(f"unknown BFCL categories {unknown}; expected a subset of {CATEGORIES}")
         if validation not in bfcl_schema.VALIDATION_LEVELS:
             raise ValueError(f"validation {validation!r} not in {bfcl_schema.VALIDATION_LEVELS}")
+        if grounding not in GROUNDING_MODES:
+            raise ValueError(f"grounding {grounding!r} not in {GROUNDING_MODES}")
+        self.grounding = grounding
         self.categories = tuple(categories)
         self.split_fractions = split_fractions
         self.split_salt = split_salt
@@ -230,10 +239,17 @@ class BFCLDomain(Domain):
             functions = bfcl_schema.validate_functions(obj[functions_key])
             ground_truth = bfcl_schema.validate_ground_truth(obj["ground_truth"], functions, seed.category,
                                                              self.validation)
+            ungrounded = ([] if self.grounding == "off" else
+                          [u.describe() for u in grounding.ungrounded_arguments(question, functions, ground_truth)])
+            if ungrounded and self.grounding == "reject":
+                raise Invalid(grounding.REASON, "; ".join(ungrounded))
         except Invalid as e:
             return self.reject(e, seed, text)
         digest = _task_digest(question, functions, ground_truth)
+        metadata: dict[str, Any] = {"source": "simulator"}
+        if ungrounded:  # grounding="record": accepted, and said so
+            metadata |= {"flags": [grounding.REASON], "ungrounded": ungrounded}
         return Task(domain=DOMAIN_NAME, task_id=f"{seed.task_id}~{digest}", category=seed.category,
                     prompt={"question": question, "functions": functions},
                     verifier={"ground_truth": ground_truth}, parent_id=seed.task_id,
-                    difficulty=difficulty, metadata={"source": "simulator"})
+                    difficulty=difficulty, metadata=metadata)

@@ -42,6 +42,7 @@ REJECTION_REASONS = (
     "type_mismatch",              # an acceptable value does not fit the declared type (strict)
     "enum_violation",             # an acceptable value outside the declared enum (strict)
     "unsolvable",                 # the official checker rejects the ground truth's ideal answer
+    "ungrounded_answer",          # a ground-truth value the question does not state (grounding.py; domain.py)
 )
 
 # Types the official Python checker understands (its PYTHON_TYPE_MAPPING keys).
