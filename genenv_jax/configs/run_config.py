@@ -270,9 +270,14 @@ def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
         raise failure("episodes.max_total_tokens", episodes.max_total_tokens,
                       "must be >= agent.sampling.max_prompt_len + max_new_tokens (a first turn must fit)")
     if warmstart.enabled:
-        for key in ("agent_steps", "simulator_steps", "batch_size"):
-            if getattr(warmstart, key) < 1:
-                raise failure(f"warmstart.{key}", getattr(warmstart, key), "must be >= 1")
+        for key in ("agent_steps", "simulator_steps"):
+            if getattr(warmstart, key) < 0:
+                raise failure(f"warmstart.{key}", getattr(warmstart, key), "must be >= 0 (0: that policy starts as it is)")
+        if warmstart.agent_steps + warmstart.simulator_steps < 1:
+            raise failure("warmstart.agent_steps", warmstart.agent_steps,
+                          "agent_steps + simulator_steps must be >= 1 when warmstart.enabled")
+        if warmstart.batch_size < 1:
+            raise failure("warmstart.batch_size", warmstart.batch_size, "must be >= 1")
         if warmstart.learning_rate <= 0:
             raise failure("warmstart.learning_rate", warmstart.learning_rate, "must be > 0")
     if sections["curriculum"].p_hat_samples > scalars["rollouts_per_task"]:

@@ -21,7 +21,7 @@ from genenv_jax.models.loading import model_config as source_model_config
 from genenv_jax.rl import GRPOConfig, OptimizerConfig, RWRConfig
 
 DTYPES = ("float32", "bfloat16", "float16")
-SEED_ORDERS = ("file", "shortest")
+SEED_ORDERS = ("file", "shortest", "interleaved")
 SEED_STRATEGIES = ("variance", "uniform")
 SIMULATOR_TARGETS = ("next", "shortest")
 DYNAMIC_SAMPLING_FILTERS = ("reward", "advantage")
@@ -131,8 +131,9 @@ class DomainSettings:
     options: Mapping[str, Any] = setting(factory=dict, doc="keyword args of the domain's constructor")
     seed_split: str = setting("train", "the seeds' split")
     max_seeds: int = setting(0, "0: every seed of the split", minimum=0)
-    seed_order: str = setting("file", "file | shortest (shortest prompt + answer first; for tiny CPU runs)",
-                              choices=SEED_ORDERS)
+    seed_order: str = setting("file", "file | shortest (shortest prompt + answer first; for tiny CPU runs) | "
+                                      "interleaved (categories in turn, each in a fixed order by a hash of the task "
+                                      "id: any first N seeds cover every category)", choices=SEED_ORDERS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,8 +170,8 @@ class WarmstartSettings:
     """Optional supervised warm-start on seed data (needed for tiny random models to emit parseable text)."""
 
     enabled: bool = setting(False, "SFT both policies on seed data before the first epoch")
-    agent_steps: int = setting(0, "the agent's SFT steps")
-    simulator_steps: int = setting(0, "the simulator's SFT steps")
+    agent_steps: int = setting(0, "the agent's SFT steps (0: the agent starts as it is)")
+    simulator_steps: int = setting(0, "the simulator's SFT steps (0: the simulator starts as it is)")
     batch_size: int = setting(8, "SFT rows per step")
     learning_rate: float = setting(1e-3, "SFT learning rate")
     num_seeds: int = setting(0, "0: every training seed", minimum=0)
@@ -186,6 +187,8 @@ class EvaluationSettings:
 
     split: str = setting("", "'' -> off; else a seed split the agent never trains on", check=_evaluation_split)
     max_per_category: int = setting(0, "0 -> every task of the split", minimum=0)
+    sample_seed: int = setting(-1, "-1: the first max_per_category tasks of each category; else a seeded sample "
+                                   "of them (the evaluation command's --sample_seed: the same tasks)", minimum=-1)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -54,11 +54,17 @@ def make_generate_fn(cfg: ModelConfig, params: Any, stop_tokens: Sequence[int], 
     are placed once and every call retains its sequences in the sampler's prefix pool, so a
     multi-turn episode's next turn prefills only what the environment added (docs/sampling.md)."""
     sampler = shared_sampler(cfg, params_mesh(params), pad_id)
-    placed = sampler.prepare_params(params)
+    return sampler_generate_fn(sampler, sampler.prepare_params(params), stop_tokens, slots)
 
+
+def sampler_generate_fn(sampler: Any, placed: Any, stop_tokens: Sequence[int], slots: int | None = None,
+                        retain: bool = True) -> GenerateFn:
+    """The greedy GenerateFn of `sampler` over params it has placed (`Sampler.prepare_params`):
+    what the evaluation command decodes with, and the loop's held-out evaluation too (its agent's
+    sampler), so both give the same tokens for the same params, prompts and `slots`."""
     def fn(prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
         out = sampler.generate(placed, [list(p) for p in prompts], max_new_tokens=max_new_tokens, temperature=0.0,
-                               stop_tokens=list(stop_tokens), seed=0, slots=slots, retain=True)
+                               stop_tokens=list(stop_tokens), seed=0, slots=slots, retain=retain)
         return [truncate_at_stop(row, stop_tokens) for row in out.token_lists()]
     return fn
 
@@ -169,7 +175,8 @@ def _episode_sampler(generate_fn: GenerateFn, max_new_tokens: int, batch_size: i
 def evaluate(domain: Domain, tasks: Sequence[Task], generate_fn: GenerateFn, tokenizer: Any,
              max_new_tokens: int = 256, batch_size: int = 8, max_prompt_tokens: int | None = None,
              max_turns: int = 8, progress: bool = True,
-             config: Mapping[str, Any] | None = None, prompts_per_call: int | None = None) -> EvalReport:
+             config: Mapping[str, Any] | None = None, prompts_per_call: int | None = None,
+             environments: Any = None, caps: EpisodeCaps | None = None) -> EvalReport:
     """Runs one greedy episode per task through the domain's environment and scores it.
 
     The same episode runner as training (`genenv_jax.episodes`): each turn, the live episodes'
@@ -177,32 +184,36 @@ def evaluate(domain: Domain, tasks: Sequence[Task], generate_fn: GenerateFn, tok
     first prompt is longer than `max_prompt_tokens` is not decoded and counts as a failure
     ('prompt_too_long'), so the denominators stay the full task set; an episode still open after
     `max_turns` (or past `max_prompt_tokens + max_new_tokens` tokens) is scored as it stands.
-    `prompts_per_call`: prompts per `generate_fn` call (default `batch_size`).
+    `prompts_per_call`: prompts per `generate_fn` call (default `batch_size`). `environments`: an
+    open host to run the episodes in (the loop's; default: one opened and closed here); `caps`:
+    episode caps that replace those the three limits above make (the loop's, for its held-out set).
     """
     if batch_size < 1 or max_new_tokens < 1 or max_turns < 1:
         raise ValueError("batch_size, max_new_tokens and max_turns must be positive")
     text = ChatText(tokenizer, tokenization.pad_id(tokenizer), tokenization.stop_ids(tokenizer),
                     tokenization.im_end_id(tokenizer))
     limit = max_prompt_tokens if max_prompt_tokens is not None else 1 << 30
-    caps = EpisodeCaps(max_turns=max_turns, max_total_tokens=limit + max_new_tokens, max_new_tokens=max_new_tokens,
-                       max_prompt_len=limit)
-    envs = open_environments(domain)  # multi-host: process 0 scores, the others receive
+    if caps is None:
+        caps = EpisodeCaps(max_turns=max_turns, max_total_tokens=limit + max_new_tokens,
+                           max_new_tokens=max_new_tokens, max_prompt_len=limit)
+    envs = open_environments(domain) if environments is None else environments  # multi-host: process 0 scores
     counters: collections.Counter = collections.Counter()
     try:
         with tqdm(total=len(tasks), desc=f"eval {domain.name}", unit="task",
                   disable=not (progress and is_writer())) as bar:
             groups, _ = run_episodes(tasks, 1, envs, text, caps,
-                                     _episode_sampler(generate_fn, max_new_tokens, prompts_per_call or batch_size,
-                                                      text.end_id),
+                                     _episode_sampler(generate_fn, caps.max_new_tokens,
+                                                      prompts_per_call or batch_size, text.end_id),
                                      counters, bar)
     finally:
-        envs.close()
+        if environments is None:
+            envs.close()
     episode_of = {g[0].episode_id: g[0] for g in groups}
     items = []
     for i, task in enumerate(tasks):
         ep = episode_of.get(i)
         if ep is None:
-            first = len(text.prompt(domain.agent_prompt(task))) if max_prompt_tokens is not None else 0
+            first = len(text.prompt(domain.agent_prompt(task))) if caps.max_prompt_len < 1 << 30 else 0
             items.append(EvalItem(task.task_id, task.category, 0.0, "", "prompt_too_long", first, 0))
             continue
         generated = sum(t["agent_tokens"] - (t["finish"] == FINISH_STOP) for t in ep.turns)

@@ -44,7 +44,7 @@ from genenv_jax.loop.tasks import (CurriculumTasks, GeneratedTasks, StaticTasks,
                                    agent_tasks, replay_tasks)
 from genenv_jax.loop.warmstart_cache import cached_warmstart, warmstart_key
 from genenv_jax.workdir.checkpoint_digests import tree_digest
-from genenv_jax.workdir.metrics import MetricsWriter, plot_curves, read_metrics, summary_table, truncate_metrics
+from genenv_jax.workdir.metrics import HELDOUT_DIR, MetricsWriter, plot_curves, read_metrics, summary_table, truncate_metrics
 from genenv_jax.parallel import barrier, broadcast_object, check_same_on_all, is_writer, make_mesh
 from genenv_jax.configs.run_config import RunConfig
 from genenv_jax.sampling import PrefixCacheConfig, Sampler
@@ -96,7 +96,7 @@ class CoEvolution:
             experience = policy(config.experience, config.experience.optimizer.learning_rate)  # SFT only
             self.world = ExperienceWorld(self.ctx, experience, self.pools[REPLAY_POOL],
                                          default_cache_dir(config.warmstart.cache_dir, self.workdir))
-        self.heldout = HeldOut(self.ctx, self.agent, self.environments)
+        self.heldout = HeldOut(self.ctx, self.agent, self.environments, self.workdir / HELDOUT_DIR)
         self.checkpointer = Checkpointer(self.workdir / "checkpoints", max_to_keep=config.checkpoint.keep)
         self.warmstart_metrics: dict[str, float] = {}
         self.final_state: LoopState | None = None  # set when `run` ends
@@ -121,16 +121,19 @@ class CoEvolution:
         policies = {"agent": self.agent, "simulator": self.simulator}
         trained = {name: p.initial_trained(weights[name], c.init_seed + i) for i, (name, p) in enumerate(policies.items())}
         bases = self._base_records(weights)
-        if c.warmstart.enabled:
+        steps = {"agent": c.warmstart.agent_steps, "simulator": c.warmstart.simulator_steps}
+        warmed = {name: c.warmstart.enabled and steps[name] > 0 for name in POLICIES}  # 0 steps: as it is
+        if any(warmed.values()):
             rows = dict(zip(POLICIES, learning.warmstart_examples(self.ctx)))
             for name, p in policies.items():
-                trained[name], metrics = self._warmstart(p, trained[name], rows[name], p.frozen_of(weights[name]),
-                                                         bases.get(name))
-                self.warmstart_metrics |= metrics
-        states = {name: p.new_state(trained[name], p.frozen_of(weights[name]), c.warmstart.enabled)
+                if warmed[name]:
+                    trained[name], metrics = self._warmstart(p, trained[name], rows[name], p.frozen_of(weights[name]),
+                                                             bases.get(name))
+                    self.warmstart_metrics |= metrics
+        states = {name: p.new_state(trained[name], p.frozen_of(weights[name]), warmed[name])
                   for name, p in policies.items()}
         return LoopState(epoch=-1, agent=states["agent"], simulator=states["simulator"],
-                         warm_started=c.warmstart.enabled, bases=bases)
+                         warm_started=any(warmed.values()), bases=bases)
 
     def _base_records(self, weights) -> dict[str, dict]:
         """name -> {digest, source} of each LoRA policy's frozen base (one digest per shared base)."""
@@ -230,7 +233,7 @@ class CoEvolution:
                 ctx, self.simulator, state.simulator, gens, {t: s.r_env for t, s in by_task.items()},
                 {t: s.in_band for t, s in by_task.items()}, epoch)
         t_upd = time.time()
-        heldout = self.heldout.metrics(state.agent)
+        heldout = self.heldout.metrics(state.agent, epoch)
 
         # 9. Pools (committed before the checkpoint; resume rolls them back if the checkpoint is missing).
         if self.world is not None:
@@ -256,6 +259,16 @@ class CoEvolution:
             stats.recent_success = (stats.recent_success + [s.task_success])[-RECENT_SUCCESS_KEPT:]
         for seed_id, variance in variances.items():
             state.seeds.setdefault(seed_id, SeedStats()).reward_variance = variance
+
+    def _starting_heldout(self, state: LoopState) -> dict[str, float]:
+        """Held-out metrics of the starting agent; with `warmstart.cache_dir`, kept there beside the
+        warm-started weights (keyed by their digest), so runs that start alike evaluate once."""
+        cache_dir = self.config.warmstart.cache_dir
+        if not cache_dir:
+            return self.heldout.metrics(state.agent, -1)
+        identity = {"trained": tree_digest(state.agent.params), "base": state.bases.get("agent"),
+                    "init_seed": self.config.init_seed}
+        return self.heldout.cached_metrics(state.agent, -1, cache_dir, identity)
 
     # ------------------------------------------------------------------ run
     def run(self) -> list[dict]:
@@ -291,7 +304,7 @@ class CoEvolution:
         metrics = MetricsWriter(self.workdir, enabled=is_writer())
         try:
             if state.epoch == -1 and (state.warm_started or self.heldout.tasks):  # the starting point
-                metrics.write(-1, self.warmstart_metrics | self.heldout.metrics(state.agent))
+                metrics.write(-1, self.warmstart_metrics | self._starting_heldout(state))
             for epoch in range(state.epoch + 1, c.epochs):
                 t0 = time.time()
                 row = self.run_epoch(state, epoch)

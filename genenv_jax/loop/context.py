@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 
 import numpy as np
@@ -59,4 +60,20 @@ def training_seeds(config: RunConfig, domain: Domain, text: ChatText) -> list[Ta
         lengths = {s.task_id: len(text.prompt(domain.agent_prompt(s))) + len(text.encode(domain.reference_response(s)))
                    + len(text.encode(json.dumps([s.prompt, s.verifier]))) for s in seeds}
         seeds = sorted(seeds, key=lambda s: (lengths[s.task_id], s.task_id))
+    elif d.seed_order == "interleaved":
+        seeds = interleaved(seeds)
     return seeds[:d.max_seeds] if d.max_seeds > 0 else seeds
+
+
+def interleaved(seeds: list[Task]) -> list[Task]:
+    """Categories in turn (first-seen order), each category's seeds in a fixed pseudo-random order (a
+    hash of the task id: the same on every machine and in every run), so any prefix is stratified."""
+    by_category: dict[str, list[Task]] = {}
+    for s in seeds:
+        by_category.setdefault(s.category, []).append(s)
+    queues = [sorted(group, key=lambda s: hashlib.sha256(s.task_id.encode()).hexdigest())
+              for group in by_category.values()]
+    out = []
+    for i in range(max(map(len, queues), default=0)):
+        out += [q[i] for q in queues if i < len(q)]
+    return out

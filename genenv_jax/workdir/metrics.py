@@ -24,6 +24,12 @@ from genenv_jax.workdir import storage
 from genenv_jax.workdir.storage import AnyPath
 
 METRICS_FILE = "metrics.jsonl"
+HELDOUT_DIR = "heldout"  # <workdir>/heldout/: the held-out items of each evaluation (`heldout_items_file`)
+
+
+def heldout_items_file(epoch: int) -> str:
+    """The held-out items file of an epoch under HELDOUT_DIR (-1: the starting point, after any warm-start)."""
+    return "start.jsonl" if epoch < 0 else f"epoch_{epoch:04d}.jsonl"
 TENSORBOARD_DIR = "tensorboard"
 
 # The per-epoch curves the final plot shows (the paper's dynamics figure), in panel order.
