@@ -7,6 +7,10 @@ warm-start so it emits parseable text, 2 epochs; runs on a laptop CPU in minutes
 `coder_lora`: the real Qwen2.5-Coder-0.5B-Instruct as agent and simulator, LoRA rank 16 over one
 shared frozen base, epochs sized for a 2-core, 24 GiB CPU machine (about ten minutes an epoch,
 docs/benchmarks.md); no warm-start: the pretrained model writes calls and tasks as it is.
+`real`: the real Qwen2.5-Coder-0.5B-Instruct with LoRA on the BFCL non-live AST categories and
+irrelevance, sized for 2 CPU cores (docs/reproduction_bfcl.md): the agent warm-started on the
+`<tool_call>` format, the simulator as it is, held-out accuracy on 200 test tasks after the
+warm-start and every epoch; the preset of the BFCL study (`configs/study_bfcl.py`).
 `reference`: `7b` with every loss and sampling value of the GenEnv reference code
 (Gen-Verse/GenEnv at d5db29f; docs/rl.md "The reference preset" gives each value's file and line):
 dual-clip 3 (inherited from veRL), p_hat from 4 of each task's 8 rollouts, the simulator sampling
@@ -77,6 +81,47 @@ CODER_LORA_CPU = {
     "checkpoint.keep": 2,
 }
 
+# The real 0.5B model on the paper's BFCL categories (non-live AST + irrelevance), one epoch in about
+# 15 minutes on 2 CPU cores (docs/reproduction_bfcl.md gives the measured phases):
+# - 16 seeds a epoch, drawn uniformly from every category's train split, one variant each; the first
+#   6 valid variants are the epoch's new tasks (train seeds top up a shortfall: equal agent data in
+#   every mode), 4 replayed seeds next to them, 4 rollouts each: 3 GRPO steps of 16 rows.
+# - Agent warm-start: 30 SFT steps of 4 rows on 120 train seeds (24 a category), rank-16 LoRA. The
+#   base model answers in fenced JSON, never in the `<tool_call>` blocks BFCL's FC checker reads, so
+#   every rollout of the base scores 0 and GRPO gets no signal (docs/bfcl.md); the warm-start
+#   teaches the format. The simulator is not warm-started: it writes BFCL JSON as it is.
+# - Held-out: 40 test tasks a category (200), seeded as `--sample_seed=0` of the evaluation command,
+#   greedy, 192 new tokens, 16 decode slots (the command's `--batch_size`).
+REAL_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
+REAL_CPU = {
+    **CODER_LORA_CPU,  # its LoRA models, batching (GRPO steps of 16 rows in 4 micro-batches) and temperatures
+    "epochs": 3,
+    "domain.options.categories": REAL_CATEGORIES,
+    "domain.max_seeds": 0,
+    "domain.seed_order": "interleaved",
+    "seed_selection.strategy": "uniform",
+    "seeds_per_epoch": 16,
+    "new_tasks_per_epoch": 6,
+    "static_variants_per_seed": 1,
+    "agent.sampling.max_new_tokens": 192, "agent.sampling.max_prompt_len": 1536,
+    "simulator.sampling.max_new_tokens": 640, "simulator.sampling.max_prompt_len": 3072,
+    "simulator.sampling.batch_size": 16,
+    "agent.optimizer.learning_rate": 3e-5,
+    "simulator.optimizer.learning_rate": 1e-4,
+    "episodes.max_turns": 1,
+    "warmstart.enabled": True,
+    "warmstart.agent_steps": 30,
+    "warmstart.simulator_steps": 0,
+    "warmstart.batch_size": 4,
+    "warmstart.learning_rate": 2e-4,
+    "warmstart.num_seeds": 120,
+    "evaluation.split": "test",
+    "evaluation.max_per_category": 40,
+    "evaluation.sample_seed": 0,
+    "log.samples_per_epoch": 16,
+    "checkpoint.keep": 1,
+}
+
 # The GenEnv reference code's values (configs/genenv_config.yaml, scripts/run_genenv.sh and
 # genenv/trainer/genenv_trainer.py of Gen-Verse/GenEnv at d5db29f); the defaults already equal most
 # of them, they are restated here so the preset stays the reference's if a default moves.
@@ -106,7 +151,7 @@ REFERENCE = {
     "epochs": 20,                                        # trainer.total_epochs (yaml 199)
 }
 
-PRESETS = {"7b": (base.QWEN_7B,), "tiny": (TINY,), "coder_lora": (CODER_LORA_CPU,),
+PRESETS = {"7b": (base.QWEN_7B,), "tiny": (TINY,), "coder_lora": (CODER_LORA_CPU,), "real": (REAL_CPU,),
            "reference": (base.QWEN_7B, REFERENCE)}
 
 

@@ -35,6 +35,12 @@ class Run:
     workdir: Path
     rows: dict[int, dict]
     expected_epochs: int | None
+    arm: str = ""  # the arm's name (the mode unless the study names variants of a mode)
+    start: dict | None = None  # the epoch -1 row: after any warm-start, before epoch 0
+
+    @property
+    def label(self) -> str:
+        return self.arm or self.mode
 
     @property
     def complete(self) -> bool:
@@ -108,8 +114,10 @@ def load_study(study_dir: str | Path) -> Study:
     runs = []
     for r in spec.get("runs", []):
         workdir = directory / r["workdir"]
-        rows = {row["epoch"]: row for row in read_metrics(workdir / METRICS_FILE) if row["epoch"] >= 0}
-        runs.append(Run(r["name"], r["mode"], float(r["alpha"]), int(r.get("seed", 0)), workdir, rows, epochs))
+        every = {row["epoch"]: row for row in read_metrics(workdir / METRICS_FILE)}
+        rows = {e: row for e, row in every.items() if e >= 0}
+        runs.append(Run(r["name"], r["mode"], float(r["alpha"]), int(r.get("seed", 0)), workdir, rows, epochs,
+                        r.get("arm") or r["mode"], every.get(-1)))
     levels = list(spec.get("levels") or sorted({k.split("/")[1] for r in runs for row in r.rows.values()
                                                 for k in row if re.fullmatch(r"category/[^/]+/generated", k)}))
     return Study(directory, float(spec["alpha"]), levels, spec, runs)
@@ -161,9 +169,9 @@ def total(runs: Sequence[Run], key: str) -> Stat:
 def groups(study: Study) -> tuple[dict[str, list[Run]], dict[float, list[Run]]]:
     """The mode comparison (runs at the main alpha, by mode) and the sweep (genenv runs by alpha)."""
     main = [r for r in study.runs if abs(r.alpha - study.alpha) < 1e-9]
-    genenv = [r for r in study.runs if r.mode == "genenv"]
-    modes = sorted(sorted({r.mode for r in main}), key=lambda m: (*MODES, m).index(m))  # genenv, random, static
-    return ({m: [r for r in main if r.mode == m] for m in modes},
+    genenv = [r for r in study.runs if r.label == "genenv"]
+    arms = sorted(sorted({r.label for r in main}), key=lambda m: (*MODES, m).index(m))  # genenv, random, static, ...
+    return ({m: [r for r in main if r.label == m] for m in arms},
             {a: [r for r in genenv if r.alpha == a] for a in sorted({r.alpha for r in genenv})})
 
 
@@ -212,6 +220,17 @@ def summarize(study: Study) -> dict:
     return out
 
 
+def _paired_items(study: Study, epoch: int | None) -> dict[str, dict] | None:
+    """{mode: held-out items at `epoch`} of the single run of each mode, or None when any is missing."""
+    from genenv_jax.study.details import heldout_items
+
+    if epoch is None:
+        return None
+    main = groups(study)[0]
+    items = {m: heldout_items(main[m][0].workdir, epoch) for m in MODES if len(main.get(m, [])) == 1}
+    return items if len(items) == len(MODES) and all(v for v in items.values()) else None
+
+
 def claims(study: Study, summary: dict | None = None) -> list[Claim]:
     """The three claims, each decided from the measured numbers (None when data is missing)."""
     s = summary or summarize(study)
@@ -230,8 +249,20 @@ def claims(study: Study, summary: dict | None = None) -> list[Claim]:
     h1 = None if r1 is None else r1 <= 0.5
     t1 = f"|p_hat - alpha| (alpha={study.alpha:g}) {t1} (needs <= 0.50); for contrast, {ratio('random')[1]}."
     acc = {m: fin.get(m, {}).get("heldout", none) for m in MODES}
+    paired = _paired_items(study, last_m) if all(acc[m].n == 1 for m in MODES) else None
     if any(acc[m].mean is None for m in MODES):
         h2, t2 = None, "held-out accuracy missing for " + ", ".join(m for m in MODES if acc[m].mean is None)
+    elif paired is not None:  # one seed per mode: each step of the ordering must be a significant paired difference
+        from genenv_jax.study.details import mcnemar
+
+        tests = {p: mcnemar(paired[p[0]], paired[p[1]]) for p in (("genenv", "random"), ("random", "static"))}
+        h2 = all(acc[a].mean > acc[b].mean and tests[a, b]["p"] < 0.05 for a, b in tests)
+        t2 = (f"epoch {last_m} held-out accuracy (one seed each, {tests['genenv', 'random']['n_items']} items): "
+              + ", ".join(f"{m} {acc[m].mean:.3f}" for m in MODES) + "; "
+              + "; ".join(f"{a} - {b} = {acc[a].mean - acc[b].mean:+.3f} (items only {a} solves "
+                          f"{t['only_first']}, only {b} {t['only_second']}; exact McNemar p = {t['p']:.3g})"
+                          for (a, b), t in tests.items())
+              + " (needs genenv > random > static, each difference significant at 5% by the paired test)")
     else:
         ranked = sorted(MODES, key=lambda m: -acc[m].mean)
         order = ranked[0] + "".join(f" {'=' if acc[a].mean == acc[b].mean else '>'} {b}"
@@ -244,7 +275,9 @@ def claims(study: Study, summary: dict | None = None) -> list[Claim]:
                  + " the larger seed std)" for a, b in pairs]
         t2 = (f"epoch {last_m} held-out accuracy: " + ", ".join(f"{m} {acc[m].fmt()}" for m in MODES)
               + f"; observed ordering {order}; " + "; ".join(diffs))
-    t2 += " (needs genenv > random > static, each difference larger than the larger seed std)."
+    if paired is None:
+        t2 += " (needs genenv > random > static, each difference larger than the larger seed std)"
+    t2 += "."
     levels = [(a, v["level_last"].mean) for a, v in s["sweep"].items() if v["level_last"].mean is not None]
     h3 = None if len(levels) < 2 else all(x > y for (_, x), (_, y) in zip(levels, levels[1:]))
     shown = ", ".join(f"alpha={a:g}: {x:.2f}" for a, x in levels) or "no data"

@@ -1,12 +1,19 @@
-"""Runs the study: one co-evolution run per (mode, alpha, seed), each in its own workdir, then the
+"""Runs the study: one co-evolution run per (arm, alpha, seed), each in its own workdir, then the
 report. Resumable at every level: a finished run is skipped, a killed one resumes from its last
-checkpoint, the tokenizer and the warm-started weights are made once and reused.
+checkpoint, the tokenizer, the base model's evaluation and the warm-started weights are made once
+and reused.
+
+An arm is a mode (`config.modes`: genenv, random, static) or a named variant of one with config
+overrides (`config.arms`, e.g. genenv with BFCL's grounding check recorded instead of applied).
 
 Layout of the study directory:
     study.json            the plan (runs, alpha, levels, command) the report reads
-    tokenizer/            the study's SentencePiece tokenizer (trained once on the train seeds)
+    tokenizer/            the study's SentencePiece tokenizer (trained once on the train seeds; only
+                          when `config.tokenizer_vocab_size` > 0, else the model's own)
+    base/                 with `config.base_evaluation`: the evaluation command on the untrained agent
+                          over the runs' held-out set (results.json, results.md, items.jsonl)
     warmstart_cache/      warm-started weights per (policy, seed, alpha-dependent prompts)
-    runs/<name>/          each run's workdir (metrics.jsonl, checkpoints, pools, samples, done.json)
+    runs/<name>/          each run's workdir (metrics.jsonl, heldout/, checkpoints, pools, samples, done.json)
     report/               report.md, summary.json and the PNG plots
 """
 
@@ -19,7 +26,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from absl import flags, logging
 from ml_collections import ConfigDict
@@ -30,6 +37,7 @@ from genenv_jax.core.compilation_cache import persistent_compilation_cache
 from genenv_jax.core.config_checks import ConfigError
 from genenv_jax.cli import command, command_line_parser, config_flag, die, error_text, one_line, workdir_flag
 from genenv_jax.cli import run as run_command
+from genenv_jax.configs import base
 from genenv_jax.configs.run_config import MODES
 
 PROGRAM = "genenv_jax.study"
@@ -42,15 +50,23 @@ _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Only rebuild the report 
 
 @dataclasses.dataclass(frozen=True)
 class StudyRun:
-    """One co-evolution run of the study."""
+    """One co-evolution run of the study: a mode (or a named arm over one, with config overrides as
+    (dotted key, value) pairs), an alpha and a seed."""
 
     mode: str
     alpha: float
     seed: int
+    arm: str = ""
+    overrides: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def label(self) -> str:
+        """The arm's name: the mode, or the named variant."""
+        return self.arm or self.mode
 
     @property
     def name(self) -> str:
-        return f"{self.mode}-a{self.alpha:g}-s{self.seed}"
+        return f"{self.label}-a{self.alpha:g}-s{self.seed}"
 
     @property
     def workdir(self) -> str:
@@ -70,6 +86,18 @@ def check_study(study: ConfigDict) -> None:
         raise ConfigError(f"config.seeds={seeds!r}: must be distinct integers")
     if not set(study.sweep_seeds) <= set(seeds):
         raise ConfigError(f"config.sweep_seeds={tuple(study.sweep_seeds)!r}: must be among config.seeds={seeds!r}")
+    for name, arm in study_arms(study).items():
+        if name in MODES or arm.get("mode") not in MODES:
+            raise ConfigError(f"config.arms.{name}: an arm needs a name that is not a mode and a mode among {MODES}")
+        for pair in arm.get("overrides", ()):
+            if len(pair) != 2 or not isinstance(pair[0], str):
+                raise ConfigError(f"config.arms.{name}.overrides: {pair!r} is not a (dotted key, value) pair")
+
+
+def study_arms(study: ConfigDict) -> dict[str, dict]:
+    """`config.arms` as {name: {"mode", "overrides"}} ({} when the study has none)."""
+    arms = study.get("arms") or {}
+    return {name: dict(arm) for name, arm in (arms.to_dict() if isinstance(arms, ConfigDict) else arms).items()}
 
 
 def plan_runs(study: ConfigDict) -> list[StudyRun]:
@@ -78,6 +106,9 @@ def plan_runs(study: ConfigDict) -> list[StudyRun]:
     runs = []
     for seed in study.seeds:
         runs += [StudyRun(mode, float(study.alpha), seed) for mode in study.modes]
+        runs += [StudyRun(arm["mode"], float(study.alpha), seed, name,
+                          tuple((str(k), v) for k, v in arm.get("overrides", ())))
+                 for name, arm in study_arms(study).items()]
         if seed in study.sweep_seeds:
             runs += [StudyRun("genenv", float(a), seed) for a in study.sweep_alphas if float(a) != float(study.alpha)]
     return runs
@@ -88,9 +119,13 @@ def run_config(study: ConfigDict, run: StudyRun, study_dir: Path) -> ConfigDict:
     c = ConfigDict(study.run.to_dict())
     c.mode, c.seed = run.mode, run.seed
     c.curriculum.alpha = run.alpha
-    c.tokenizer_dir = str(study_dir / "tokenizer")
+    if study.tokenizer_vocab_size:
+        c.tokenizer_dir = str(study_dir / "tokenizer")
     c.warmstart.cache_dir = str(study_dir / "warmstart_cache")
-    return c
+    try:
+        return base.apply(c, dict(run.overrides))
+    except KeyError as e:
+        raise ConfigError(f"config.arms.{run.arm}.overrides: {e.args[0]}") from None
 
 
 def prepare_tokenizer(study: ConfigDict, domain, study_dir: Path) -> Path:
@@ -104,9 +139,10 @@ def prepare_tokenizer(study: ConfigDict, domain, study_dir: Path) -> Path:
 def write_plan(study: ConfigDict, domain, runs: Sequence[StudyRun], study_dir: Path, command: str) -> None:
     categories = sorted({t.category for t in domain.seeds(study.run.evaluation.split or "all")})
     plan = {"alpha": float(study.alpha), "levels": categories, "epochs": int(study.run.epochs),
-            "scale": study.scale, "command": command,
-            "runs": [{"name": r.name, "mode": r.mode, "alpha": r.alpha, "seed": r.seed, "workdir": r.workdir}
-                     for r in runs]}
+            "scale": study.scale, "command": command, "base": "base" if study.get("base_evaluation") else None,
+            "sweep_alphas": [float(a) for a in study.sweep_alphas],
+            "runs": [{"name": r.name, "mode": r.mode, "arm": r.label, "alpha": r.alpha, "seed": r.seed,
+                      "workdir": r.workdir, "overrides": [list(p) for p in r.overrides]} for r in runs]}
     storage.write_atomic(study_dir / "study.json", json.dumps(plan, indent=1) + "\n")
 
 
@@ -124,11 +160,14 @@ def run_study(study: ConfigDict, study_dir: str | os.PathLike, command: str = ""
     study_dir.mkdir(parents=True, exist_ok=True)
     runs = plan_runs(study)
     domain = get_domain(study.run.domain.name, **study.run.domain.options)
-    prepare_tokenizer(study, domain, study_dir)  # before validation: each run config names its directory
+    if study.tokenizer_vocab_size:
+        prepare_tokenizer(study, domain, study_dir)  # before validation: each run config names its directory
     configs = {r.name: RunConfig.from_config_dict(run_config(study, r, study_dir), num_devices=jax.device_count())
                for r in runs}
     write_plan(study, domain, runs, study_dir, command)
     persistent_compilation_cache(study_dir / "xla_cache")  # runs 2..n reload what run 1 compiled
+    if study.get("base_evaluation"):
+        evaluate_base(configs[runs[0].name], study_dir / "base")
     bar = tqdm(runs, desc="study", unit="run")
     for run in bar:
         bar.set_postfix_str(run.name)
@@ -141,6 +180,39 @@ def run_study(study: ConfigDict, study_dir: str | os.PathLike, command: str = ""
         tqdm.write(f"study: {run.name} done in {time.time() - t0:.0f} s")
     bar.close()
     return write_report(study_dir)
+
+
+def base_evaluation_args(config, out: Path) -> list[str]:
+    """The evaluation command's arguments that score the run's untrained agent (`agent.model_dir`) on
+    the run's held-out set exactly as the loop's held-out evaluation does: the same split, per-category
+    sample, reply cap, turns and decode slots (`loop/heldout.py` runs the command's code)."""
+    e, agent = config.evaluation, config.agent
+    if not (e.split and agent.model_dir):
+        raise ConfigError("config.base_evaluation needs run.evaluation.split and run.agent.model_dir")
+    args = [f"--model_dir={agent.model_dir}", f"--domain={config.domain.name}", f"--split={e.split}",
+            f"--max_new_tokens={agent.sampling.max_new_tokens}", f"--max_turns={config.episodes.max_turns}",
+            f"--max_prompt_tokens={agent.sampling.max_prompt_len}", f"--batch_size={agent.sampling.batch_size}",
+            f"--dtype={agent.param_dtype}", f"--out={out}", "--no_progress"]
+    args += [f"--domain_option={k}={json.dumps(v)}" for k, v in config.domain.options.items()]
+    if e.max_per_category:
+        args.append(f"--max_per_category={e.max_per_category}")
+        if e.sample_seed >= 0:
+            args.append(f"--sample_seed={e.sample_seed}")
+    return args
+
+
+def evaluate_base(config, out: Path) -> None:
+    """The evaluation command on the untrained agent over the held-out set, once (kept in `out`)."""
+    from genenv_jax.evaluation.cli import main as evaluation_main
+
+    if (out / "results.json").is_file():
+        return
+    staging = out.with_name(out.name + ".partial")
+    t0 = time.time()
+    if evaluation_main(base_evaluation_args(config, staging)) != 0:
+        raise ConfigError("the base model's evaluation failed (see the line above)")
+    staging.rename(out)
+    tqdm.write(f"study: base model evaluated in {time.time() - t0:.0f} s")
 
 
 def _with_scale(argv: list[str]) -> list[str]:
