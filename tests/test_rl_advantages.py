@@ -161,3 +161,33 @@ def test_new_keys_are_checked_in_one_line(overrides, message):
     with pytest.raises((ConfigError, ValueError), match=message) as err:
         toy_config(**overrides)  # rollouts_per_task 2, max_new_tokens 8
     assert "\n" not in str(err.value)
+
+
+def test_pad_per_step_pads_each_step_to_its_own_bucket_and_keeps_the_update():
+    """`pad_per_step`: a step of short prompts is packed to its own length bucket, not the longest of
+    the epoch, and the update (an SFT/RWR step on a micro model) is the same up to float rounding."""
+    import jax
+
+    from genenv_jax.models import init_params, preset
+    from genenv_jax.rl.batches import PolicyState, step_trainer
+
+    cfg = preset("micro")
+    step = rl.make_rwr_step(cfg, rl.make_optimizer(rl.OptimizerConfig(learning_rate=1e-2)), rl.RWRConfig(kl_coef=0.0))
+    rng = np.random.RandomState(0)
+    short = [TrainRow(rng.randint(3, 200, 5).tolist(), rng.randint(3, 200, 4).tolist(), 1.0) for _ in range(2)]
+    results = {}
+    for per_step in (False, True):
+        seen = []
+        train = step_trainer(step, "test")
+
+        def recording(state, batch, train=train, seen=seen):
+            seen.append(batch["tokens"].shape)
+            return train(state, batch)
+
+        params = init_params(cfg, jax.random.key(0))
+        state = PolicyState(params, step.init_opt_state(params), None)
+        _, history = train_steps(recording, state, [short], rows=2, prompt_len=64, response_len=16, pad_id=0,
+                                 scalar_key="rewards", desc="", show_progress=False, pad_per_step=per_step)
+        results[per_step] = (seen[0], history[0]["loss"])
+    assert results[False][0] == (2, 64 + 16) and results[True][0] == (2, 16 + 16)
+    assert results[True][1] == pytest.approx(results[False][1], rel=1e-5)

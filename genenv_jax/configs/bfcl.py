@@ -82,43 +82,50 @@ CODER_LORA_CPU = {
 }
 
 # The real 0.5B model on the paper's BFCL categories (non-live AST + irrelevance), one epoch in about
-# 15 minutes on 2 CPU cores (docs/reproduction_bfcl.md gives the measured phases):
-# - 16 seeds a epoch, drawn uniformly from every category's train split, one variant each; the first
-#   6 valid variants are the epoch's new tasks (train seeds top up a shortfall: equal agent data in
-#   every mode), 4 replayed seeds next to them, 4 rollouts each: 3 GRPO steps of 16 rows.
-# - Agent warm-start: 30 SFT steps of 4 rows on 120 train seeds (24 a category), rank-16 LoRA. The
-#   base model answers in fenced JSON, never in the `<tool_call>` blocks BFCL's FC checker reads, so
-#   every rollout of the base scores 0 and GRPO gets no signal (docs/bfcl.md); the warm-start
-#   teaches the format. The simulator is not warm-started: it writes BFCL JSON as it is.
+# 15 minutes on 2 CPU cores, 7 of them the held-out evaluation (docs/reproduction_bfcl.md gives the
+# measured phases; training a row costs ~20 ms a token here, so every size below is small):
+# - 12 seeds an epoch, drawn uniformly from every category's train split, one variant each; the
+#   first 4 valid variants are the epoch's new tasks (train seeds top up a shortfall: equal agent
+#   data in every mode), 4 rollouts each, no replay: 2 GRPO steps of 8 rows, each step's prompts
+#   padded to their own length bucket; no KL term (the reference forward would cost a fifth of each
+#   step, and 6 LoRA steps stay near the base).
+# - Agent warm-start: 16 SFT steps of 2 rows on 32 train seeds (interleaved: every category),
+#   rank-16 LoRA. The base model answers in fenced JSON, never in the `<tool_call>` blocks BFCL's FC
+#   checker reads, so every rollout of the base scores 0 and GRPO gets no signal (docs/bfcl.md); the
+#   warm-start teaches the format. The simulator is not warm-started: it writes BFCL JSON as it is.
 # - Held-out: 40 test tasks a category (200), seeded as `--sample_seed=0` of the evaluation command,
 #   greedy, 192 new tokens, 16 decode slots (the command's `--batch_size`).
 REAL_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
 REAL_CPU = {
-    **CODER_LORA_CPU,  # its LoRA models, batching (GRPO steps of 16 rows in 4 micro-batches) and temperatures
+    **CODER_LORA_CPU,  # its LoRA models, sampling temperatures and slots
     "epochs": 3,
     "domain.options.categories": REAL_CATEGORIES,
     "domain.max_seeds": 0,
     "domain.seed_order": "interleaved",
     "seed_selection.strategy": "uniform",
-    "seeds_per_epoch": 16,
-    "new_tasks_per_epoch": 6,
+    "seeds_per_epoch": 12,
+    "new_tasks_per_epoch": 4,
     "static_variants_per_seed": 1,
+    "replay.tasks_per_epoch": 0,
+    "agent.train.tasks_per_step": 2, "agent.train.micro_batches": 2, "agent.train.pad_per_step": True,
+    "agent.train.loss.kl_coef": 0.0,
+    "simulator.train.pad_per_step": True,
     "agent.sampling.max_new_tokens": 192, "agent.sampling.max_prompt_len": 1536,
     "simulator.sampling.max_new_tokens": 640, "simulator.sampling.max_prompt_len": 3072,
     "simulator.sampling.batch_size": 16,
-    "agent.optimizer.learning_rate": 3e-5,
+    "agent.optimizer.learning_rate": 1e-4,
     "simulator.optimizer.learning_rate": 1e-4,
     "episodes.max_turns": 1,
     "warmstart.enabled": True,
-    "warmstart.agent_steps": 30,
+    "warmstart.agent_steps": 16,
     "warmstart.simulator_steps": 0,
-    "warmstart.batch_size": 4,
-    "warmstart.learning_rate": 2e-4,
-    "warmstart.num_seeds": 120,
+    "warmstart.batch_size": 2,
+    "warmstart.learning_rate": 5e-4,
+    "warmstart.num_seeds": 32,
     "evaluation.split": "test",
     "evaluation.max_per_category": 40,
     "evaluation.sample_seed": 0,
-    "log.samples_per_epoch": 16,
+    "log.samples_per_epoch": 12,
     "checkpoint.keep": 1,
 }
 

@@ -66,6 +66,8 @@ class TrainSettings:
     tasks_per_step: int = setting(16, "tasks per optimizer step (agent: x rollouts_per_task rows)", minimum=1)
     micro_batches: int = setting(1, "gradient accumulation within a step", minimum=1)
     passes: int = setting(1, "passes over the epoch's data (the agent's PPO epochs)", minimum=1)
+    pad_per_step: bool = setting(False, "pad each step's prompts to their own length bucket instead of the "
+                                        "longest of the epoch (fewer padded tokens, one compiled step per bucket)")
     loss: GRPOConfig | RWRConfig = setting(in_tree=False)  # the rule's loss, read by run_config
 
 

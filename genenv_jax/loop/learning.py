@@ -41,7 +41,7 @@ def update_agent(ctx: LoopContext, agent: Policy, state: PolicyState, groups: Se
                         response_len=max(longest, agent.settings.sampling.max_new_tokens))
     state, history = train_steps(agent.train, state, steps, **shape, pad_id=ctx.text.pad_id,
                                  scalar_key="advantages", desc=f"epoch {epoch}: GRPO",
-                                 show_progress=ctx.show_progress)
+                                 show_progress=ctx.show_progress, pad_per_step=u.pad_per_step)
     return state, summarise("agent", history) | credit_metrics
 
 
@@ -65,7 +65,7 @@ def update_simulator(ctx: LoopContext, simulator: Policy, state: PolicyState, ge
     steps = [[rows[i] for i in order[s:s + per_step]] for s in range(0, len(rows), per_step)]
     state, history = train_steps(simulator.train, state, steps, **shape, pad_id=ctx.text.pad_id,
                                  scalar_key="rewards", desc=f"epoch {epoch}: RWR",
-                                 show_progress=ctx.show_progress)
+                                 show_progress=ctx.show_progress, pad_per_step=simulator.settings.train.pad_per_step)
     return state, summarise("simulator", history) | {"simulator/tasks": len(chosen)}
 
 
@@ -136,7 +136,8 @@ def warmstart(ctx: LoopContext, policy: Policy, params, examples: Sequence[Train
     state, history = train_steps(policy.sft_trainer(), policy.sft_state(params, frozen), steps,
                                  **batch_shape(examples, w.batch_size, policy.rows_multiple), pad_id=ctx.text.pad_id,
                                  scalar_key="rewards", desc=f"warm-start {policy.name}",
-                                 show_progress=ctx.show_progress, total=steps_count)
+                                 show_progress=ctx.show_progress, total=steps_count,
+                                 pad_per_step=policy.settings.train.pad_per_step)
     first, last = history[0]["loss"], history[-1]["loss"]
     logging.info("warm-start %s: %d steps, loss %.3f -> %.3f", policy.name, steps_count, first, last)
     return state.params, {f"warmstart/{policy.name}_loss_first": first, f"warmstart/{policy.name}_loss_last": last}

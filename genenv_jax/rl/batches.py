@@ -61,10 +61,17 @@ class TrainRow:
 
 def train_steps(train: TrainFn, state: PolicyState, steps: Iterable[Sequence[TrainRow]], *, rows: int,
                 prompt_len: int, response_len: int, pad_id: int, scalar_key: str, desc: str,
-                show_progress: bool, total: int | None = None) -> tuple[PolicyState, list[dict[str, float]]]:
-    """Runs one optimizer step per entry of `steps`, each packed into [rows, prompt_len + response_len]."""
+                show_progress: bool, total: int | None = None,
+                pad_per_step: bool = False) -> tuple[PolicyState, list[dict[str, float]]]:
+    """Runs one optimizer step per entry of `steps`, each packed into [rows, prompt_len + response_len].
+
+    `pad_per_step`: each step's prompts are padded to the length bucket of its own longest prompt
+    (at most `prompt_len`) rather than to `prompt_len`, the longest of them all: fewer padded tokens
+    when prompt lengths vary, one compiled step per bucket used."""
     history = []
     for chosen in tqdm(steps, desc=desc, total=total, leave=False, disable=not show_progress):
+        step_prompt_len = min(prompt_len, length_bucket(max(len(r.prompt) for r in chosen))) if pad_per_step \
+            else prompt_len
         with_logprobs = chosen[0].logprobs is not None
         with_masks = any(r.loss_mask is not None for r in chosen)
         masks = [np.ones(len(r.response), np.float32) if r.loss_mask is None else r.loss_mask for r in chosen]
@@ -74,7 +81,7 @@ def train_steps(train: TrainFn, state: PolicyState, steps: Iterable[Sequence[Tra
         batch = pack_sequences([r.prompt for r in chosen], [r.response for r in chosen], pad_id,
                                response_logprobs=[r.logprobs for r in chosen] if with_logprobs else None,
                                response_masks=masks if with_masks else None,
-                               num_rows=rows, prompt_len=prompt_len, response_len=response_len,
+                               num_rows=rows, prompt_len=step_prompt_len, response_len=response_len,
                                response_values=values)
         if not per_token:  # one scalar per row [rows]; per-token values are [rows, P + R]
             batch[scalar_key] = np.zeros((rows,), np.float32)
