@@ -1,6 +1,7 @@
 """The typed run config: every bad value refused up front with one line naming the key; the
 command line loads configs from anywhere and turns expected failures into one line + exit 2."""
 
+import json
 import os
 import subprocess
 import sys
@@ -110,6 +111,16 @@ def test_config_changes_separate_safe_from_meaning_changing_keys():
     old, new = toy_config().snapshot, toy_config(epochs=5, seed=3, **{"curriculum.alpha": 0.3}).snapshot
     changes = {key: safe for key, _, _, safe in config_changes(old, new)}
     assert changes == {"epochs": True, "seed": False, "curriculum.alpha": False}
+
+
+def test_a_run_saved_before_pad_per_step_existed_resumes_unchanged():
+    new = toy_config().snapshot
+    old = json.loads(json.dumps(new))
+    for policy in ("agent", "simulator"):
+        del old[policy]["train"]["pad_per_step"]
+    assert config_changes(old, new) == []
+    turned_on = toy_config(**{"agent.train.pad_per_step": True}).snapshot
+    assert [(k, safe) for k, _, _, safe in config_changes(old, turned_on)] == [("agent.train.pad_per_step", False)]
 
 
 def _main(*args, cwd):
