@@ -158,7 +158,7 @@ def test_a_one_seed_study_reports_intervals_paired_tests_and_grounding(tmp_path)
     assert "### genenv-a0.5-s0 (complete)" in md and Proportion(18, 20).fmt() in md
     # json 6/8, accept 4/8, ground 4/6 (reject: 4 accepted + 2 refused); recorded: 2 of 4 accepted flagged.
     assert "| 0.75 | 0.50 | 0.67 | sp 3, i 1 | 40 | 3 | 60/30/200/100 |" in md
-    assert "| genenv_ungrounded-a0.5-s0 | 0 | 8 | 4 | 2 | 0.50 |" in md
+    assert "| genenv_ungrounded-a0.5-s0 | 0 | 8 | 4 | 2 | 0.50 | - |" in md  # no D_env pool in this fixture
     assert "| genenv vs random (epoch 1) | 20 | 6 | 0 |" in md
     assert "Ungrounded tasks genenv_ungrounded-a0.5-s0 accepted" in md and '"Area with base 8?"' in md
     found = {c.name: c for c in claims(load_study(tmp_path))}
@@ -173,3 +173,15 @@ def test_ungrounded_examples_read_the_samples(tmp_path):
     examples = ungrounded_examples(tmp_path / spec["workdir"], [0, 1], 5)
     assert examples == [{"epoch": 1, "question": "Area with base 8?", "ground_truth": [{"f": {"base": [9]}}],
                          "why": "call 0 (f).base: none of [9] is stated", "agent_rewards": [0.0, 0.0]}]
+
+
+def test_rwr_tasks_counts_the_in_band_generations_and_the_ungrounded_among_them(tmp_path):
+    from genenv_jax.study.details import rwr_tasks
+    from genenv_jax.workdir.pools import Pool
+
+    flagged = {"metadata": {"flags": ["ungrounded_answer"]}}
+    Pool(tmp_path / "pools", "d_env").append_epoch(0, [
+        {"task": flagged, "in_band": True}, {"task": {"metadata": {}}, "in_band": True},
+        {"task": flagged, "in_band": False}])
+    assert rwr_tasks(tmp_path, 0) == {"in_band": 2, "ungrounded_in_band": 1}
+    assert rwr_tasks(tmp_path, 1) is None and rwr_tasks(tmp_path / "none", 0) is None

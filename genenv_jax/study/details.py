@@ -96,6 +96,22 @@ def simulator_rates(row: Mapping[str, Any]) -> dict[str, float | int | None]:
             "ground_rate": (otherwise - refused - flagged) / otherwise if otherwise else None}
 
 
+def rwr_tasks(workdir: Path, epoch: int) -> dict[str, int] | None:
+    """The generated tasks of an epoch that were in band, so RWR trained the simulator on them, and
+    how many of those failed grounding (flagged: only with grounding recorded), from the run's D_env
+    pool; None when the pool has no such epoch."""
+    from genenv_jax.workdir.pools import Pool
+
+    if not (workdir / "pools" / "d_env").is_dir():
+        return None
+    pool = Pool(workdir / "pools", "d_env", writable=False)
+    if pool.problem is not None or epoch not in pool.epochs:
+        return None
+    chosen = [r for r in pool.records([epoch]) if r.get("in_band")]
+    flagged = sum(GROUNDING_REASON in ((r["task"].get("metadata") or {}).get("flags") or []) for r in chosen)
+    return {"in_band": len(chosen), "ungrounded_in_band": flagged}
+
+
 def read_samples(workdir: Path, epoch: int) -> list[dict]:
     """The generations a run logged for an epoch (samples/epoch_XXXX.jsonl; [] when absent)."""
     path = workdir / "samples" / f"epoch_{epoch:04d}.jsonl"

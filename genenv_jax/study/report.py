@@ -79,7 +79,7 @@ def render_details(study: Study) -> list[str]:
     """One seed per arm: the base model's evaluation, each run per epoch (held-out accuracy with 95%
     Wilson intervals from its items, the simulator's rates, generated categories, phase times), paired
     tests on the held-out items, and the grounding of generated tasks with examples."""
-    from genenv_jax.study.details import (accuracy, heldout_items, mcnemar, read_items, simulator_rates,
+    from genenv_jax.study.details import (accuracy, heldout_items, mcnemar, read_items, rwr_tasks, simulator_rates,
                                           ungrounded_examples)
 
     levels, out = study.levels, []
@@ -132,14 +132,18 @@ def render_details(study: Study) -> list[str]:
         measured = [(e, simulator_rates(row)) for e, row in sorted(run.rows.items())]
         measured = [(e, r) for e, r in measured if r["generated"]]
         for e, r in measured[:1] + measured[1:][-1:]:
+            rwr = rwr_tasks(run.workdir, e)
             rows.append([run.name, str(e), str(r["generated"]), str(r["otherwise_accepted"]), str(r["ungrounded"]),
-                         _fmt(None if not r["otherwise_accepted"] else r["ungrounded"] / r["otherwise_accepted"])])
+                         _fmt(None if not r["otherwise_accepted"] else r["ungrounded"] / r["otherwise_accepted"]),
+                         "-" if rwr is None or run.mode != "genenv" else
+                         f"{rwr['in_band']} ({rwr['ungrounded_in_band']} ungrounded)"])
     if rows:
         out += ["", "## Grounding of generated tasks", "",
                 "Ungrounded share = generations that passed every other check but state a ground-truth value the "
                 "question does not (refused with the check on, accepted and flagged with it recorded), of those "
                 "that passed every other check; first and last epoch that generated.", "",
-                _table(["run", "epoch", "generated", "otherwise accepted", "ungrounded", "ungrounded share"], rows)]
+                _table(["run", "epoch", "generated", "otherwise accepted", "ungrounded", "ungrounded share",
+                        "RWR trained on (in band)"], rows)]
         for run in study.runs:
             examples = ungrounded_examples(run.workdir, sorted(run.rows), 4)
             if not any(ex["question"] for ex in examples):
