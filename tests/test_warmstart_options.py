@@ -60,3 +60,24 @@ def test_a_policy_with_zero_steps_starts_as_it_is(tmp_path):
     assert all(jax.tree.leaves(same))
     moved = jax.tree.map(lambda a, b: bool(np.array_equal(a, b)), state.agent.params, initial[0])
     assert not all(jax.tree.leaves(moved))
+
+
+def test_spelled_targets_write_the_same_text_without_added_tokens():
+    from genenv_jax.loop import learning
+    from genenv_jax.loop.context import LoopContext, training_seeds
+    from genenv_jax.text.chat_text import ChatText
+
+    text = ChatText.load(None)
+    tool_call = text.tokenizer.convert_tokens_to_ids("<tool_call>")
+    rows = {}
+    for spelled in (False, True):
+        config = _config(**{"warmstart.spell_added_tokens": spelled})
+        domain = BFCLDomain(categories=("simple_python",))
+        ctx = LoopContext(config, domain, text, training_seeds(config, domain, text))
+        rows[spelled] = learning.demonstration_row(ctx, ctx.train_seeds[0])
+    plain, spelled = rows[False].response, rows[True].response
+    assert tool_call in plain and tool_call not in spelled
+    assert text.decode(plain) == text.decode(spelled) and text.decode(spelled).startswith("<tool_call>")
+    assert spelled[:4] == [27, 14172, 13429, 29]  # "<", "tool", "_call", ">"
+    assert rows[False].prompt == rows[True].prompt
+    assert text.encode_spelled("no added tokens here") == text.encode("no added tokens here")

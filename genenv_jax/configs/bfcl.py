@@ -89,8 +89,11 @@ CODER_LORA_CPU = {
 #   data in every mode), 4 rollouts each, no replay: 2 GRPO steps of 8 rows, each step's prompts
 #   padded to their own length bucket; no KL term (the reference forward would cost a fifth of each
 #   step, and 6 LoRA steps stay near the base).
-# - Agent warm-start: 16 SFT steps of 2 rows on 32 train seeds (interleaved: every category),
-#   rank-16 LoRA. The base model answers in fenced JSON, never in the `<tool_call>` blocks BFCL's FC
+# - Agent warm-start: 24 SFT steps of 2 rows on 48 train seeds (interleaved: every category),
+#   rank-16 LoRA, lr 1e-4, the targets' `<tool_call>` tags spelled with ordinary tokens: this
+#   model's output rows for Qwen's added tokens are untrained (one norm for all of them), so the
+#   `<tool_call>` token is 24 nats less likely than `<` and LoRA cannot lift it; warm-started on it,
+#   the agent answered every held-out task with the no-call sentence (docs/reproduction_bfcl.md). The base model answers in fenced JSON, never in the `<tool_call>` blocks BFCL's FC
 #   checker reads, so every rollout of the base scores 0 and GRPO gets no signal (docs/bfcl.md); the
 #   warm-start teaches the format. The simulator is not warm-started: it writes BFCL JSON as it is.
 # - Held-out: 40 test tasks a category (200), seeded as `--sample_seed=0` of the evaluation command,
@@ -113,15 +116,16 @@ REAL_CPU = {
     "agent.sampling.max_new_tokens": 192, "agent.sampling.max_prompt_len": 1536,
     "simulator.sampling.max_new_tokens": 640, "simulator.sampling.max_prompt_len": 3072,
     "simulator.sampling.batch_size": 16,
-    "agent.optimizer.learning_rate": 1e-4,
-    "simulator.optimizer.learning_rate": 1e-4,
+    "agent.optimizer.learning_rate": 3e-5,
+    "simulator.optimizer.learning_rate": 5e-5,
     "episodes.max_turns": 1,
     "warmstart.enabled": True,
-    "warmstart.agent_steps": 16,
+    "warmstart.agent_steps": 24,
     "warmstart.simulator_steps": 0,
     "warmstart.batch_size": 2,
-    "warmstart.learning_rate": 5e-4,
-    "warmstart.num_seeds": 32,
+    "warmstart.learning_rate": 1e-4,
+    "warmstart.num_seeds": 48,
+    "warmstart.spell_added_tokens": True,
     "evaluation.split": "test",
     "evaluation.max_per_category": 40,
     "evaluation.sample_seed": 0,

@@ -179,6 +179,9 @@ class WarmstartSettings:
     num_seeds: int = setting(0, "0: every training seed", minimum=0)
     simulator_target: str = setting("next", "next | shortest: which sibling task each seed's SFT target shows",
                                     choices=SIMULATOR_TARGETS)
+    spell_added_tokens: bool = setting(False, "SFT targets write added tokens (Qwen's <tool_call>) with the ordinary "
+                                              "tokens that spell them: the same text, for models whose added-token "
+                                              "output rows are untrained (docs/coevolve.md)")
     cache_dir: str = setting("", "'' off; else warm-started weights are kept there and reused by every run with "
                                  "the same models, warm-start settings, data and seed")
 

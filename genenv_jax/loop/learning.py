@@ -79,8 +79,9 @@ def warmstart_examples(ctx: LoopContext) -> tuple[list[TrainRow], list[TrainRow]
     agent = [demonstration_row(ctx, s) for s in seeds]
     target_of = _simulator_targets(ctx, seeds)
     alpha = ctx.config.curriculum.alpha
+    encode = text.encode_spelled if w.spell_added_tokens else text.encode
     simulator = [TrainRow(text.prompt(domain.simulator_prompt(s, (), direction, alpha)),
-                          text.encode(target_of[s.task_id]) + [text.end_id])
+                          encode(target_of[s.task_id]) + [text.end_id])
                  for s in seeds for direction in DIFFICULTY_DIRECTIONS]  # every direction the loop may ask for
     return agent, simulator
 
@@ -89,11 +90,12 @@ def demonstration_row(ctx: LoopContext, task: Task) -> TrainRow:
     """The domain's ideal episode of `task` as one SFT row: its reference agent turns (in the loss)
     with the environment's real observations between them (not in the loss)."""
     text, env = ctx.text, ctx.domain.environment(task)
+    encode = text.encode_spelled if ctx.config.warmstart.spell_added_tokens else text.encode
     prompt = text.prompt(env.reset())
     tokens: list[int] = []
     mask: list[float] = []
     for agent_text in ctx.domain.reference_turns(task):
-        turn = text.encode(agent_text) + [text.end_id]
+        turn = encode(agent_text) + [text.end_id]
         tokens += turn
         mask += [1.0] * len(turn)
         outcome = env.step(agent_text)

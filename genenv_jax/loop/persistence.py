@@ -91,7 +91,7 @@ SAFE_TO_CHANGE = ("epochs", "allow_config_change", "log.", "checkpoint.", "mesh.
 
 # Keys added after runs were saved without them, with the value that keeps the old behaviour:
 # a run saved before the key existed resumes as long as the key keeps that value.
-ADDED_LATER = {"new_tasks_per_epoch": 0, "init_seed": -1,
+ADDED_LATER = {"new_tasks_per_epoch": 0, "init_seed": -1, "warmstart.spell_added_tokens": False,
                **{f"{policy}.train.pad_per_step": False for policy in ("agent", "simulator", "experience")}}
 # Sections added later that only a mode added with them reads: absent from a saved run of another mode.
 ADDED_LATER_SECTIONS = {"experience.": "dreamgym", "dreamgym.": "dreamgym"}

@@ -53,5 +53,9 @@ class ChatText:
     def encode(self, text: str) -> list[int]:
         return tokenization.encode(self.tokenizer, text)
 
+    def encode_spelled(self, text: str) -> list[int]:
+        """`encode`, with added tokens spelled by ordinary ones (`tokenization.encode_spelled`)."""
+        return tokenization.encode_spelled(self.tokenizer, text)
+
     def decode(self, tokens: Sequence[int]) -> str:
         return tokenization.decode(self.tokenizer, tokens, skip_special_tokens=True)
