@@ -592,7 +592,8 @@ def test_warm_start_demonstration_is_the_walkthrough_with_the_engines_observatio
 
     text = ChatText.load(None)
     seed = next(t for t in domain.seeds("train") if t.category == "pick_heat_then_place_in_recep")
-    row = demonstration_row(SimpleNamespace(text=text, domain=domain), seed)
+    config = SimpleNamespace(warmstart=SimpleNamespace(spell_added_tokens=False))
+    row = demonstration_row(SimpleNamespace(text=text, domain=domain, config=config), seed)
     assert text.decode(row.prompt).count("Welcome to TextWorld, ALFRED!") == 1
     mask = np.asarray(row.loss_mask)
     agent = text.decode([t for t, m in zip(row.response, mask) if m])

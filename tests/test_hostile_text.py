@@ -263,7 +263,7 @@ def test_lone_surrogates(domain, seed, surrogate):
 
 
 def test_surrogate_pair_escape_is_a_character(domain, seed):
-    question = "Area of a triangle \U0001F4D0?"
+    question = "Area of a triangle with base 7 and height 2 \U0001F4D0?"
     generation = "```json\n" + json.dumps(_task_json(question, seed), ensure_ascii=True) + "\n```"
     assert "\\ud83d\\udcd0" in generation
     task = domain.parse_task(generation, seed)
@@ -278,7 +278,7 @@ def test_nul_bytes(domain, seed):
     assert domain.score(seed, around) == 1.0 and parse_tool_calls(around).content == "\x00\x00"
     raw_question = "```json\n" + json.dumps(_task_json("Area of a triangle QQ?", seed)).replace("QQ", "\x00") + "\n```"
     assert domain.parse_task(raw_question, seed).reason == "invalid_json"
-    escaped = "```json\n" + json.dumps(_task_json("Area of a triangle \x00?", seed)) + "\n```"
+    escaped = "```json\n" + json.dumps(_task_json("Area of a triangle with base 7 and height 2 \x00?", seed)) + "\n```"
     assert "\\u0000" in escaped
     task = domain.parse_task(escaped, seed)
     assert isinstance(task, Task) and Task.loads(task.dumps()) == task
