@@ -55,6 +55,8 @@ def _assert_same_results(got: Path, want: Path, epochs: tuple[int, ...] = (0, 1)
     assert (got / "curves.png").exists() and (got / "summary.md").exists()
 
 
+@pytest.mark.full(reason="~3-4 minutes of the suite's budget: `make test-full` runs it (the two-process evaluation "
+                    "below runs in make test: two JAX processes over loopback, FSDP across them, equal to one)")
 def test_two_processes_killed_after_a_checkpoint_resume_to_the_same_result(reference, tmp_path):
     """2 processes x 4 devices, FSDP across both, environments in a worker process of process 0:
     every process is SIGKILLed once epoch 0's checkpoint is on disk (mid-epoch 1), then the same
@@ -77,15 +79,13 @@ def test_four_processes_equal_one(reference, tmp_path):
     """4 processes x 2 devices, environments in a worker process of process 0, over the first
     epoch (every stage runs in it; the two-process test covers two epochs and a resume). The mesh
     is data-parallel here (params replicated): FSDP over 4 processes on 2 cores would gather
-    weights over loopback TCP at every decode step (the two-process test covers FSDP across hosts)."""
+    weights over loopback TCP at every decode step (the two-process tests cover FSDP across hosts)."""
     workdir = tmp_path / "run"
     multiprocess.run([*RUN, f"--workdir={workdir}", "--config.episodes.env_workers=1", "--config.mesh.data=-1",
                       "--config.mesh.fsdp=1", "--config.epochs=1"], 4, 2, tmp_path / "logs")
     _assert_same_results(workdir, reference, epochs=(0,))
 
 
-@pytest.mark.full(reason="~55 s of the suite's budget: `make test-full` runs it "
-                    "(the two-process kill/resume run covers multi-host loops)")
 def test_evaluation_on_two_processes_equals_one(reference, tmp_path):
     """The evaluator on the run's checkpointed agent (BFCL tasks; process 0 writes the report)."""
     args = ["genenv_jax.evaluation", f"--run_dir={reference}", "--domain=bfcl", "--split=test",

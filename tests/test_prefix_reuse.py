@@ -172,8 +172,9 @@ def test_eviction_spares_entries_of_the_current_call():
 
 # ------------------------------------------------------------------ real episodes
 @pytest.mark.slow
-@pytest.mark.parametrize("temperature", [0.0, pytest.param(1.0, marks=pytest.mark.full(
-    reason="sampled episodes, ~30 s: make test-full (greedy runs in make test; sampled reuse on random prompts too)"))])
+@pytest.mark.full(reason="real BFCL multi-turn episodes, ~1-2 min: make test-full (in make test, retained turns "
+                         "on random prompts: test_retained_turns_prefill_only_what_was_added, greedy and sampled)")
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_bfcl_multiturn_transcripts_are_token_identical_with_reuse(chat_text, temperature):
     domain = get_domain("bfcl_multiturn")
     runs = run_both(domain, domain.seeds("train")[:3], chat_text, temperature=temperature)
