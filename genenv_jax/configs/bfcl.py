@@ -81,8 +81,8 @@ CODER_LORA_CPU = {
     "checkpoint.keep": 2,
 }
 
-# The real 0.5B model on the paper's BFCL categories (non-live AST + irrelevance), one epoch in about
-# 15 minutes on 2 CPU cores, 7 of them the held-out evaluation (docs/reproduction_bfcl.md gives the
+# The real 0.5B model on the paper's BFCL categories (non-live AST + irrelevance), one epoch in 17-21
+# minutes on 2 CPU cores, 6.7-8.3 of them the held-out evaluation (docs/benchmarks.md gives the
 # measured phases; training a row costs ~20 ms a token here, so every size below is small):
 # - 12 seeds an epoch, drawn uniformly from every category's train split, one variant each; the
 #   first 4 valid variants are the epoch's new tasks (train seeds top up a shortfall: equal agent
