@@ -67,6 +67,10 @@ def _placed(placement: str, payload: str) -> str:
             "whole": payload}[placement]
 
 
+# A question stating every ground-truth value of `_task_json` (the grounding check refuses any other).
+GROUNDED_QUESTION = "Area of a triangle with base 7 and height 2"
+
+
 def _task_json(question: str, seed: Task) -> dict:
     return {"question": question, "function": seed.prompt["functions"],
             "ground_truth": [{"calculate_triangle_area": {"base": [7], "height": [2]}}]}
@@ -173,13 +177,13 @@ def test_fence_floods(domain, seed, fence, reason):
 
 
 def test_fence_flood_before_a_valid_generation_is_still_read(domain, seed):
-    good = "```json\n" + json.dumps(_task_json("Area of a triangle with base 7 and height 2?", seed)) + "\n```"
+    good = "```json\n" + json.dumps(_task_json(GROUNDED_QUESTION + "?", seed)) + "\n```"
     assert isinstance(domain.parse_task("```" * 100_000 + "\n" + good, seed), Task)
 
 
 def test_failed_fences_are_tried_at_most_max_candidates_times(domain, seed):
     """A valid block after more than MAX_JSON_CANDIDATES broken ones is not looked for."""
-    good = "```json\n" + json.dumps(_task_json("Area of a triangle with base 7 and height 2?", seed)) + "\n```\n"
+    good = "```json\n" + json.dumps(_task_json(GROUNDED_QUESTION + "?", seed)) + "\n```\n"
     broken = '```json\n{"question": }\n```\n'
     near = broken * (jt.MAX_JSON_CANDIDATES - 1) + good
     assert isinstance(domain.parse_task(near, seed), Task)
@@ -208,7 +212,7 @@ def test_megabyte_json_string_in_a_tool_call_is_too_large(domain, seed):
 
 def test_generation_just_under_the_size_limit_is_read(domain, seed):
     overhead = len(json.dumps(_task_json("", seed)))
-    question = "Area of a triangle with base 7 and height 2? " + "z" * (jt.MAX_JSON_CHARS - overhead - 60)
+    question = GROUNDED_QUESTION + "? " + "z" * (jt.MAX_JSON_CHARS - overhead - 60)
     text = "```json\n" + json.dumps(_task_json(question, seed)) + "\n```"
     assert isinstance(domain.parse_task(text, seed), Task)
 
@@ -263,7 +267,7 @@ def test_lone_surrogates(domain, seed, surrogate):
 
 
 def test_surrogate_pair_escape_is_a_character(domain, seed):
-    question = "Area of a triangle with base 7 and height 2 \U0001F4D0?"
+    question = GROUNDED_QUESTION + " \U0001F4D0?"
     generation = "```json\n" + json.dumps(_task_json(question, seed), ensure_ascii=True) + "\n```"
     assert "\\ud83d\\udcd0" in generation
     task = domain.parse_task(generation, seed)
@@ -278,7 +282,7 @@ def test_nul_bytes(domain, seed):
     assert domain.score(seed, around) == 1.0 and parse_tool_calls(around).content == "\x00\x00"
     raw_question = "```json\n" + json.dumps(_task_json("Area of a triangle QQ?", seed)).replace("QQ", "\x00") + "\n```"
     assert domain.parse_task(raw_question, seed).reason == "invalid_json"
-    escaped = "```json\n" + json.dumps(_task_json("Area of a triangle with base 7 and height 2 \x00?", seed)) + "\n```"
+    escaped = "```json\n" + json.dumps(_task_json(GROUNDED_QUESTION + " \x00?", seed)) + "\n```"
     assert "\\u0000" in escaped
     task = domain.parse_task(escaped, seed)
     assert isinstance(task, Task) and Task.loads(task.dumps()) == task
