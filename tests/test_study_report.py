@@ -81,6 +81,13 @@ def test_claim1_difficulty_alignment(tmp_path):
     bad = make_study(tmp_path / "bad", [trajectory("genenv", 0, [0.8, 0.75, 0.7], [0.1, 0.2, 0.3])])
     c1 = by_name(claims(load_study(bad)))["Claim 1"]
     assert c1.holds is False and "ratio 0.67" in c1.text and "random: no data" in c1.text
+    # genenv aligns (0.3 -> 0.0), but random's p_hat reaches alpha as well: the agent's training did it, not
+    # the simulator, so the claim does not hold.
+    both = make_study(tmp_path / "both", [trajectory("genenv", 0, [0.8, 0.6, 0.5], [0.1, 0.2, 0.3]),
+                                          trajectory("random", 0, [0.8, 0.6, 0.5], [0.1, 0.2, 0.3])])
+    c1 = by_name(claims(load_study(both)))["Claim 1"]
+    assert c1.holds is False and "genenv: 0.30 ± 0.00 at epoch 0 -> 0.00 ± 0.00 at epoch 2, ratio 0.00" in c1.text
+    assert "random: 0.30 ± 0.00 at epoch 0 -> 0.00 ± 0.00 at epoch 2" in c1.text and "below random's" in c1.text
 
 
 def test_claim2_data_efficiency_ordering(tmp_path):
@@ -174,10 +181,16 @@ def test_plots_are_png_files_embedded_in_the_report(tmp_path):
             for mode in ("genenv", "random", "static")]
     md_path = write_report(make_study(tmp_path, runs, epochs=2))
     md = md_path.read_text()
-    for name in ("p_hat", "heldout", "difficulty", "alpha_sweep"):
+    for name in ("p_hat", "heldout", "difficulty"):
         png = md_path.parent / f"{name}.png"
         assert png.read_bytes()[:8] == PNG_MAGIC and png.stat().st_size > 1000
         assert f"]({name}.png)" in md
+    # one alpha is no sweep: no alpha-sweep plot is drawn or embedded; with a second alpha there is one
+    assert not (md_path.parent / "alpha_sweep.png").exists() and "alpha_sweep.png" not in md
+    runs.append(trajectory("genenv", 0, [0.5, 0.4], [0.1, 0.2], gens=[[1, 1, 1], [0, 2, 1]], alpha=0.3))
+    md_path = write_report(make_study(tmp_path / "sweep", runs, epochs=2))
+    assert (md_path.parent / "alpha_sweep.png").read_bytes()[:8] == PNG_MAGIC
+    assert "](alpha_sweep.png)" in md_path.read_text()
     assert "runs complete: 3 of 3" in md and "scale: tiny" in md and "--config=configs/study.py" in md
 
 

@@ -20,7 +20,8 @@ def _band(ax: Any, points: dict[int, Stat], label: str) -> None:
 
 
 def write_plots(study: Study, summary: dict, out_dir: Path) -> list[Path]:
-    """Writes p_hat.png, heldout.png, difficulty.png and alpha_sweep.png; returns their paths."""
+    """Writes p_hat.png, heldout.png, difficulty.png and (with two alphas or more) alpha_sweep.png; returns
+    their paths."""
     import matplotlib; matplotlib.use("Agg")  # noqa: E702
     import matplotlib.pyplot as plt
     modes, sweep, levels = summary["modes"], summary["sweep"], study.levels
@@ -67,6 +68,8 @@ def write_plots(study: Study, summary: dict, out_dir: Path) -> list[Path]:
         ax.set(title=mode, xticks=x, xticklabels=ticks, xlabel="level", ylabel="share of tasks", ylim=(0, 1.05))
     save(fig, "difficulty.png")
 
+    if len(sweep) < 2:  # one alpha is no sweep: nothing to compare
+        return paths
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
     width = 0.8 / max(1, len(sweep))
     for j, (alpha, v) in enumerate(sweep.items()):

@@ -67,7 +67,8 @@ def render_markdown(study: Study, summary: dict, found: list[Claim]) -> str:
     if study.runs and all(v["n_runs"] == 1 for v in modes.values()):
         out += render_details(study)
     out += ["", "## Claims as measured", ""] + [f"- **{c.name}: {VERDICT[c.holds]}.** {c.text}" for c in found]
-    out += ["", "## Plots", ""] + [f"![{n}]({n}.png)" for n in ("p_hat", "heldout", "difficulty", "alpha_sweep")]
+    plots = ("p_hat", "heldout", "difficulty") + (("alpha_sweep",) if len(sweep) >= 2 else ())
+    out += ["", "## Plots", ""] + [f"![{n}]({n}.png)" for n in plots]
     return "\n".join(out) + "\n"
 
 
