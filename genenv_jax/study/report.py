@@ -45,7 +45,8 @@ def render_markdown(study: Study, summary: dict, found: list[Claim]) -> str:
     out = ["# GenEnv study report", "", f"- command: `{spec.get('command', '-')}`; scale: {spec.get('scale', '-')}",
            f"- runs complete: {sum(r.complete for r in study.runs)} of {len(study.runs)}",
            f"- main alpha: {study.alpha:g}; epochs: {spec.get('epochs', '-')}; levels: {', '.join(levels)}",
-           "- mean ± std (ddof=0) over seeds; (n=k): only k seeds had data; -: no data; gap = |p_hat - alpha|", "",
+           "- mean ± std (ddof=0) over seeds (one seed: the value alone); (n=k): only k seeds had data; -: no data; "
+           "gap = |p_hat - alpha|", "",
            _table(["run", "mode", "alpha", "seed", "status"],
                   [[r.name, r.mode, f"{r.alpha:g}", str(r.seed), r.status()] for r in study.runs])]
     curves = {"p_hat": "p_hat", "gap": "gap", "in_band": "in-band", "heldout": "held-out acc"}

@@ -79,9 +79,12 @@ class Stat:
         return Stat(float(np.mean(xs)), float(np.std(xs, ddof=0)), len(xs)) if xs else Stat(None, None, 0)
 
     def fmt(self, total: int | None = None, digits: int = 2) -> str:
-        """'0.41 ± 0.05' ('-' without data; ' (n=k)' when fewer than `total` seeds)."""
+        """'0.41 ± 0.05' ('-' without data; ' (n=k)' when fewer than `total` seeds; the mean alone when
+        `total` is one seed, whose std of 0 would only look like a measured spread)."""
+        if self.mean is None:
+            return "-"
         n = f" (n={self.n})" if total is not None and self.n < total else ""
-        return "-" if self.mean is None else f"{self.mean:.{digits}f} ± {self.std:.{digits}f}{n}"
+        return f"{self.mean:.{digits}f}" if total == 1 else f"{self.mean:.{digits}f} ± {self.std:.{digits}f}{n}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,7 +246,8 @@ def claims(study: Study, summary: dict | None = None) -> list[Claim]:
         if first.mean is None or last.mean is None:
             return None, f"{mode}: no data"
         r = last.mean / first.mean if first.mean > 0 else (0.0 if last.mean == 0 else math.inf)
-        return r, f"{mode}: {first.fmt()} at epoch 0 -> {last.fmt()} at epoch {last_m}, ratio {r:.2f}"
+        n = s["modes"][mode]["n_runs"]
+        return r, f"{mode}: {first.fmt(n)} at epoch 0 -> {last.fmt(n)} at epoch {last_m}, ratio {r:.2f}"
 
     r1, t1 = ratio("genenv")
     gaps = {m: fin.get(m, {}).get("gap_last", none).mean for m in ("genenv", "random")}
@@ -278,7 +282,8 @@ def claims(study: Study, summary: dict | None = None) -> list[Claim]:
         diffs = [f"{a} - {b} = {acc[a].mean - acc[b].mean:+.3f} ("
                  + ("exceeds" if abs(acc[a].mean - acc[b].mean) > max(acc[a].std, acc[b].std) else "within")
                  + " the larger seed std)" for a, b in pairs]
-        t2 = (f"epoch {last_m} held-out accuracy: " + ", ".join(f"{m} {acc[m].fmt()}" for m in MODES)
+        t2 = (f"epoch {last_m} held-out accuracy: " + ", ".join(f"{m} {acc[m].fmt(s['modes'][m]['n_runs'])}"
+                                                                for m in MODES)
               + f"; observed ordering {order}; " + "; ".join(diffs))
     if paired is None:
         t2 += " (needs genenv > random > static, each difference larger than the larger seed std)"
