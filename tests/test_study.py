@@ -23,7 +23,7 @@ from genenv_jax.rl.batches import TrainRow
 from genenv_jax.loop.warmstart_cache import warmstart_key
 from genenv_jax.workdir.metrics import read_metrics
 from genenv_jax.configs.run_config import ConfigError, RunConfig
-from genenv_jax.study.runner import StudyRun, check_study, plan_runs
+from genenv_jax.study.runner import StudyRun, check_study, plan_runs, selected_runs
 
 
 def _context(**overrides) -> LoopContext:
@@ -103,6 +103,12 @@ def test_study_plan_and_its_checks():
         bad[key] = value
         with pytest.raises(ConfigError, match=message):
             check_study(bad)
+    # --runs: a part of the plan, in plan order; a name outside it is refused with the plan's names
+    names = [r.name for r in runs]
+    assert selected_runs(runs, ()) == runs
+    assert [r.name for r in selected_runs(runs, [names[4], names[1]])] == [names[1], names[4]]
+    with pytest.raises(ConfigError, match=r"--runs=genenv-a0.5-s9: genenv-a0.5-s9 not in the plan \(runs: genenv-a0.5-s0,"):
+        selected_runs(runs, ["genenv-a0.5-s9"])
     large = study_configs.get_config("large")
     assert large.run.agent.preset == "study-30m" and large.run.epochs > study.run.epochs
     assert len(plan_runs(large)) == 3 * 5
@@ -153,6 +159,12 @@ def test_the_command_line_names_a_bad_study_key_in_one_line(tmp_path):
                           f"--workdir={tmp_path}"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1].startswith("genenv_jax.study: error: config.seeds=(0, 0)")
+    assert not (tmp_path / "runs").exists()
+    out = subprocess.run([sys.executable, "-m", "genenv_jax.study", "--config=study", "--runs=static-a0.5-s7",
+                          f"--workdir={tmp_path}"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1].startswith("genenv_jax.study: error: --runs=static-a0.5-s7: "
+                                                          "static-a0.5-s7 not in the plan")
     assert not (tmp_path / "runs").exists()
 
 

@@ -46,6 +46,9 @@ _WORKDIR = workdir_flag("The study directory (one workdir per run, the report); 
 _SCALE = flags.DEFINE_enum("scale", None, ["small", "large"], "The config's preset: small (2 CPU cores, "
                            "the default) or large (GPU/TPU). Same as configs/study.py:large.")
 _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Only rebuild the report from the runs' metrics.")
+_RUNS = flags.DEFINE_list("runs", [], "Run only these runs of the plan (names as in study.json, e.g. "
+                          "genenv_ungrounded-a0.5-s0), leaving the others as they are; the report covers "
+                          "the whole plan. Default: every run.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,8 +149,19 @@ def write_plan(study: ConfigDict, domain, runs: Sequence[StudyRun], study_dir: P
     storage.write_atomic(study_dir / "study.json", json.dumps(plan, indent=1) + "\n")
 
 
-def run_study(study: ConfigDict, study_dir: str | os.PathLike, command: str = "") -> Path:
-    """Every run of the study (finished ones skipped), then the report; returns the report's path."""
+def selected_runs(runs: Sequence[StudyRun], only: Sequence[str]) -> list[StudyRun]:
+    """The runs named in `only` (all when empty), in plan order; a name not in the plan is an error."""
+    unknown = sorted(set(only) - {r.name for r in runs})
+    if unknown:
+        raise ConfigError(f"--runs={','.join(only)}: {', '.join(unknown)} not in the plan "
+                          f"(runs: {', '.join(r.name for r in runs)})")
+    return [r for r in runs if not only or r.name in only]
+
+
+def run_study(study: ConfigDict, study_dir: str | os.PathLike, command: str = "",
+              only: Sequence[str] = ()) -> Path:
+    """Every run of the study (finished ones skipped; only those named in `only` when it is given),
+    then the report over the whole plan; returns the report's path."""
     import jax
 
     from genenv_jax.domains import get_domain
@@ -159,16 +173,17 @@ def run_study(study: ConfigDict, study_dir: str | os.PathLike, command: str = ""
     study_dir = Path(study_dir).absolute()
     study_dir.mkdir(parents=True, exist_ok=True)
     runs = plan_runs(study)
+    chosen = selected_runs(runs, only)
     domain = get_domain(study.run.domain.name, **study.run.domain.options)
     if study.tokenizer_vocab_size:
         prepare_tokenizer(study, domain, study_dir)  # before validation: each run config names its directory
     configs = {r.name: RunConfig.from_config_dict(run_config(study, r, study_dir), num_devices=jax.device_count())
-               for r in runs}
+               for r in runs}  # every run's config checked, chosen or not
     write_plan(study, domain, runs, study_dir, command)
     persistent_compilation_cache(study_dir / "xla_cache")  # runs 2..n reload what run 1 compiled
     if study.get("base_evaluation"):
         evaluate_base(configs[runs[0].name], study_dir / "base")
-    bar = tqdm(runs, desc="study", unit="run")
+    bar = tqdm(chosen, desc="study", unit="run")
     for run in bar:
         bar.set_postfix_str(run.name)
         done = study_dir / run.workdir / "done.json"
@@ -244,7 +259,7 @@ def main(argv) -> None:
     study_dir = Path(_WORKDIR.value or f"runs/study-{study.scale}")  # --workdir: the study directory
     command = "python -m genenv_jax.study " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     try:
-        path = write_report(study_dir) if _REPORT_ONLY.value else run_study(study, study_dir, command)
+        path = write_report(study_dir) if _REPORT_ONLY.value else run_study(study, study_dir, command, _RUNS.value)
     except ConfigError as e:
         die(one_line(e), PROGRAM)
     except OSError as e:
