@@ -239,3 +239,17 @@ def test_non_numbers_are_no_data(tmp_path, value):
     runs = [{"mode": "genenv", "seed": 0, "rows": [row(0, 0.5, value)]}]
     final = summarize(load_study(make_study(tmp_path, runs, epochs=1)))["modes"]["genenv"]["final"]
     assert final["heldout"].n == 0 and final["heldout"].mean is None and final["gap_last"].n == 1
+
+
+def test_the_kept_bfcl_grounding_arm_rebuilds_its_report_byte_for_byte(tmp_path):
+    """docs/results/bfcl_study_grounding_arm is a real study directory (the real model's grounding
+    arm): its report, rebuilt from the kept metrics, samples and D_env pool, is the one in the docs."""
+    import shutil
+    from pathlib import Path
+
+    kept = Path(__file__).resolve().parents[1] / "docs" / "results" / "bfcl_study_grounding_arm"
+    study = shutil.copytree(kept, tmp_path / "study")
+    shutil.rmtree(study / "report")
+    path = write_report(study)
+    assert path.read_text() == (kept / "report" / "report.md").read_text()
+    assert "| genenv_ungrounded-a0.5-s0 | 0 | 12 | 2 | 0 | 0.00 | 1 (0 ungrounded) |" in path.read_text()
