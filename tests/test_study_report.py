@@ -1,8 +1,10 @@
 """The study report: tables, claims, plots and summary.json computed from synthetic metrics files."""
 
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -244,12 +246,9 @@ def test_non_numbers_are_no_data(tmp_path, value):
 def test_the_kept_bfcl_grounding_arm_rebuilds_its_report_byte_for_byte(tmp_path):
     """docs/results/bfcl_study_grounding_arm is a real study directory (the real model's grounding
     arm): its report, rebuilt from the kept metrics, samples and D_env pool, is the one in the docs."""
-    import shutil
-    from pathlib import Path
-
     kept = Path(__file__).resolve().parents[1] / "docs" / "results" / "bfcl_study_grounding_arm"
     study = shutil.copytree(kept, tmp_path / "study")
     shutil.rmtree(study / "report")
-    path = write_report(study)
-    assert path.read_text() == (kept / "report" / "report.md").read_text()
-    assert "| genenv_ungrounded-a0.5-s0 | 0 | 12 | 2 | 0 | 0.00 | 1 (0 ungrounded) |" in path.read_text()
+    rebuilt = write_report(study).read_text()
+    assert rebuilt == (kept / "report" / "report.md").read_text()
+    assert "| genenv_ungrounded-a0.5-s0 | 0 | 12 | 2 | 0 | 0.00 | 1 (0 ungrounded) |" in rebuilt
