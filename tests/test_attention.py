@@ -71,6 +71,36 @@ def test_blockwise_equals_einsum_float32(padding, blocks):
     assert out_err < 1e-5 and max(grad_errs) < 1e-5, (out_err, grad_errs)
 
 
+@pytest.mark.parametrize("padding", sorted(PADDINGS))
+@pytest.mark.parametrize("block_q", [None, 16, 24, 70], ids=lambda b: f"q{b}")
+def test_query_blocks_equal_einsum_float32(padding, block_q):
+    """Several blocks (uneven last block), one block, and the default size (one block at 70 rows)."""
+    q, k, v, mask, valid, cot = _inputs(PADDINGS[padding])
+    kernel = functools.partial(attention.query_block_attention, block_q=block_q)
+    out_err, grad_errs = _max_errors(kernel, q, k, v, mask, valid, cot)
+    assert out_err < 1e-5 and max(grad_errs) < 1e-5, (out_err, grad_errs)
+
+
+def test_query_blocks_take_dense_masks_and_bfloat16():
+    q, k, v, mask, valid, cot = _inputs(PADDINGS["mixed"])
+    dense = mask.dense()  # one block over all keys: einsum's sums exactly
+    np.testing.assert_array_equal(attention.query_block_attention(q, k, v, dense), attention.einsum_attention(q, k, v, dense))
+    q, k, v, mask, valid, cot = _inputs(PADDINGS["left"], dtype=jnp.bfloat16)
+    out_err, grad_errs = _max_errors(functools.partial(attention.query_block_attention, block_q=16), q, k, v, mask,
+                                     valid, cot)
+    assert out_err < 2e-2 and max(grad_errs) < 0.25, (out_err, grad_errs)
+
+
+def test_query_block_sizes_bound_the_number_of_blocks():
+    from genenv_jax.models.query_block_attention import MAX_BLOCKS, MIN_BLOCK_Q, query_block_size
+    assert query_block_size(70) == MIN_BLOCK_Q and query_block_size(640) == 128
+    assert query_block_size(4096) == 256 and -(-4096 // query_block_size(4096)) <= MAX_BLOCKS
+    assert query_block_size(9216) == 640 and -(-9216 // 640) <= MAX_BLOCKS
+    assert query_block_size(640, block_q=48) == 48
+    with pytest.raises(ValueError, match="block_q"):
+        query_block_size(640, block_q=0)
+
+
 @pytest.mark.parametrize("padding", ["left", "mixed"])
 def test_blockwise_equals_einsum_bfloat16(padding):
     q, k, v, mask, valid, cot = _inputs(PADDINGS[padding], dtype=jnp.bfloat16)
@@ -189,22 +219,26 @@ def test_cudnn_constraints():
 def test_auto_choice_by_backend_and_constraints():
     q, k, v, mask, _, _ = _inputs(PADDINGS["left"])
     resolve = attention.resolve_kernel_name
-    assert resolve("auto", q, k, mask, platform="cpu") == "blockwise"
+    assert resolve("auto", q, k, mask, platform="cpu") == "query_blocks"
+    assert resolve("auto", q, k, mask.dense(), platform="cpu") == "blockwise"  # query_blocks skips causal blocks only
+    huge = jax.ShapeDtypeStruct((1, 16384, 2, 7, 64), jnp.float32)  # 7.5 GiB of probabilities: linear memory
+    assert resolve("auto", huge, jax.ShapeDtypeStruct((1, 2, 16384, 64), jnp.float32), mask, platform="cpu") \
+        == "blockwise"
     assert resolve("auto", q, k, mask, platform="tpu") == "splash"
     assert resolve("auto", q, k, mask.dense(), platform="tpu") == "blockwise"  # splash takes segment ids only
     assert resolve("auto", q, k, mask, platform="gpu", cudnn_reason=lambda *_: None) == "cudnn"
     assert resolve("auto", q, k, mask, platform="gpu", cudnn_reason=lambda *_: "float32 inputs") == "blockwise"
     # Without an injected reason the real check runs: float32 inputs (and no GPU here) -> blockwise.
     assert resolve("auto", q, k, mask, platform="gpu") == "blockwise"
-    for name in ("einsum", "blockwise", "splash", "cudnn"):
+    for name in ("einsum", "query_blocks", "blockwise", "splash", "cudnn"):
         assert resolve(name, q, k, mask, platform="cpu") == name
     with pytest.raises(ValueError, match="unknown attention kernel"):
         resolve("flash", q, k, mask)
     with pytest.raises(ValueError, match="cannot run here: cudnn needs an NVIDIA GPU"):
         attention.cudnn_attention(q.astype(jnp.bfloat16), k.astype(jnp.bfloat16), v.astype(jnp.bfloat16), mask)
-    # On CPU "auto" is the blockwise kernel.
+    # On CPU "auto" is the query-block kernel for this causal mask.
     auto = attention.kernel_for("auto")
-    np.testing.assert_array_equal(auto(q, k, v, mask), attention.blockwise_attention(q, k, v, mask))
+    np.testing.assert_array_equal(auto(q, k, v, mask), attention.query_block_attention(q, k, v, mask))
 
 
 def test_roll_valid_to_front():
@@ -253,8 +287,8 @@ def _padded_tokens(cfg, length=40):
     return tokens, mask
 
 
-# blockwise at 600 tokens: two 512-query blocks; splash (interpret mode, slow) at 40.
-@pytest.mark.parametrize("kernel,length", [("blockwise", 600), ("splash", 40)])
+# blockwise at 600 tokens: two 512-query blocks; query_blocks at 300: three blocks; splash (interpret mode, slow) at 40.
+@pytest.mark.parametrize("kernel,length", [("blockwise", 600), ("query_blocks", 300), ("splash", 40)])
 def test_model_logits_and_gradients_match_einsum(kernel, length):
     cfg = preset("micro").replace(remat_policy="full")
     params = init_params(cfg, jax.random.key(0))

@@ -39,7 +39,7 @@ def test_logits_match_hf_float32(tmp_path, heads, kv_heads, tied):
         np.testing.assert_allclose(ours, _hf_logits(hf, tokens, mask, positions), atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize("attention", ["auto", "einsum", "blockwise"])  # auto is blockwise on CPU
+@pytest.mark.parametrize("attention", ["auto", "einsum", "query_blocks", "blockwise"])  # auto is query_blocks on CPU
 def test_padded_batch_with_attention_mask_matches_hf(tmp_path, attention):
     hf = make_hf_model(heads=4, kv_heads=2)
     cfg, params = load_hf(save_hf_model(hf, tmp_path / "hf"), attention=attention)

@@ -22,9 +22,10 @@ REMAT_POLICIES = (
 )
 
 # Attention kernels accepted by `ModelConfig.attention` (see `genenv_jax/models/attention.py`):
-# "auto" picks by backend (TPU: splash, GPU: cudnn where its constraints hold, else blockwise);
+# "auto" picks by backend (TPU: splash, GPU: cudnn where its constraints hold, CPU: query_blocks while
+# its probabilities fit, else blockwise);
 # "einsum" is the plain reference that materialises the [B, N, T, S] scores.
-ATTENTION_KERNELS = ("auto", "einsum", "blockwise", "splash", "cudnn")
+ATTENTION_KERNELS = ("auto", "einsum", "query_blocks", "blockwise", "splash", "cudnn")
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 

@@ -329,9 +329,14 @@ class Measurer:
 
     @functools.lru_cache(maxsize=None)
     def train_step(self, name: str, mesh: tuple[int, int, int], micro_batches: int, remat_policy: str) -> TrainStep:
-        """The policy's update step as `loop.policy.build_policy` makes it."""
+        """The policy's update step as `loop.policy.build_policy` makes it. Attention "auto" is
+        measured as blockwise: on the accelerator "auto" is a linear-memory kernel (splash, cudnn),
+        which blockwise stands for on the CPU that compiles the plan (CPU's own "auto" choice,
+        query_blocks, holds quadratic probabilities)."""
         p = self.policy(name)
         cfg = p.model_config().replace(remat_policy=remat_policy)
+        if cfg.attention == "auto":
+            cfg = cfg.replace(attention="blockwise")
         make = make_grpo_step if p.rule == "grpo" else make_rwr_step
         return make(cfg, make_optimizer(p.optimizer), p.train.loss, mesh=self.mesh(mesh), micro_batches=micro_batches,
                     lora=p.lora)
