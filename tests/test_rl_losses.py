@@ -345,7 +345,13 @@ def test_needed_mask_skips_prompt_chunks_and_keeps_response_values():
     full, _ = token_logprobs(cfg, params, tokens, chunk_size=4)
     part, _ = token_logprobs(cfg, params, tokens, chunk_size=4, needed=needed)
     np.testing.assert_allclose(part * needed, full * needed, atol=1e-6)
-    assert float(jnp.abs(part[:, :13]).max()) == 0.0  # chunks 0-2 (targets 1..12) were skipped
+    assert float(jnp.abs(part[:, :16]).max()) == 0.0  # chunks of targets 0-15 were skipped
+    # Chunks are aligned by target: a response of targets [16, 20) fills one chunk, and only it runs.
+    aligned = jnp.zeros((2, 24)).at[:, 16:20].set(1.0)
+    one, _ = token_logprobs(cfg, params, tokens, chunk_size=4, needed=aligned)
+    np.testing.assert_allclose(one[:, 16:20], full[:, 16:20], atol=1e-6)
+    assert float(jnp.abs(one[:, :16]).max()) == 0.0 and float(jnp.abs(one[:, 20:]).max()) == 0.0
+    assert float(full[:, 0].max()) == float(full[:, 0].min()) == 0.0  # token 0 has no prediction
 
     def loss(p, mask):
         return jnp.sum(token_logprobs(cfg, p, tokens, chunk_size=4, needed=mask)[0] * needed)

@@ -54,31 +54,40 @@ def token_logprobs(cfg: ModelConfig, params: Params, tokens: jax.Array,
         return zeros, (zeros if with_entropy else None)
 
     hidden = hidden_states(cfg, params, tokens, positions, attention_mask)  # [B, T, D]
-    hidden, targets = hidden[:, :-1], tokens[:, 1:]  # position t predicts token t + 1
-    steps = length - 1
-    chunk = min(chunk_size, steps)
-    num_chunks = -(-steps // chunk)
-    pad = num_chunks * chunk - steps
-    if pad:
-        hidden = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
-        targets = jnp.pad(targets, ((0, 0), (0, pad)))
-    # [num_chunks, B, C, ...]: scan over chunks of the sequence.
-    hidden = hidden.reshape(batch, num_chunks, chunk, -1).swapaxes(0, 1)
-    targets = targets.reshape(batch, num_chunks, chunk).swapaxes(0, 1)
-    if needed is None:
-        use_chunk = jnp.ones((num_chunks,), bool)
-    else:
-        need = jnp.pad(needed[:, 1:] > 0, ((0, 0), (0, pad)))  # aligned with targets
-        use_chunk = jnp.any(need.reshape(batch, num_chunks, chunk), axis=(0, 2))  # [n]
-
-    logprobs, entropy = chunked_token_stats(cfg, params, hidden, targets, use_chunk, temperature=temperature,
+    chunks, targets, use_chunk, predicted = head_chunks(hidden, tokens, needed, chunk_size)
+    logprobs, entropy = chunked_token_stats(cfg, params, chunks, targets, use_chunk, temperature=temperature,
                                             with_entropy=with_entropy)  # [n, B, C] each
 
     def unchunk(x):  # [n, B, C] -> [B, T], with position 0 set to 0
-        x = x.swapaxes(0, 1).reshape(batch, num_chunks * chunk)[:, :steps]
-        return jnp.pad(x, ((0, 0), (1, 0)))
+        return jnp.where(predicted, x.swapaxes(0, 1).reshape(batch, -1)[:, :length], 0.0)
 
     return unchunk(logprobs), (unchunk(entropy) if with_entropy else None)
+
+
+def head_chunks(hidden: jax.Array, tokens: jax.Array, needed: jax.Array | None, chunk_size: int,
+                ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """The LM head's input in sequence chunks, aligned by target: (hidden [n, B, C, D], targets
+    [n, B, C], use_chunk [n] bool, predicted [T] bool).
+
+    Position t of the chunks holds the state that predicts token t (zeros at t = 0, which has no
+    prediction: `predicted` is False there), so chunk k covers targets [kC, (k+1)C): a response
+    that starts at a bucket boundary fills whole chunks, where chunks of the predicting positions
+    would compute one more chunk for the response's first token alone. A chunk is used when it
+    holds a `needed` [B, T] position (all chunks when `needed` is None)."""
+    batch, length = tokens.shape
+    chunk = min(chunk_size, length)
+    num_chunks = -(-length // chunk)
+    pad = num_chunks * chunk - length
+    hidden = jnp.pad(hidden[:, :-1], ((0, 0), (1, pad), (0, 0)))  # [B, nC, D]: position t predicts token t
+    targets = jnp.pad(tokens, ((0, 0), (0, pad)))
+    predicted = jnp.arange(length) > 0
+    if needed is None:
+        use_chunk = jnp.ones((num_chunks,), bool)
+    else:
+        need = jnp.pad((needed > 0) & predicted, ((0, 0), (0, pad)))
+        use_chunk = jnp.any(need.reshape(batch, num_chunks, chunk), axis=(0, 2))  # [n]
+    return (hidden.reshape(batch, num_chunks, chunk, -1).swapaxes(0, 1),
+            targets.reshape(batch, num_chunks, chunk).swapaxes(0, 1), use_chunk, predicted)
 
 
 def build_loss_mask(prompt_lengths: Sequence[int] | np.ndarray, response_lengths: Sequence[int] | np.ndarray,
