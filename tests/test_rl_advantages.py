@@ -186,8 +186,10 @@ def test_pad_per_step_pads_each_step_to_its_own_bucket_and_keeps_the_update():
 
         params = init_params(cfg, jax.random.key(0))
         state = PolicyState(params, step.init_opt_state(params), None)
-        _, history = train_steps(recording, state, [short], rows=2, prompt_len=64, response_len=16, pad_id=0,
+        _, history = train_steps(recording, state, [short], rows=2, prompt_len=64, response_len=48, pad_id=0,
                                  scalar_key="rewards", desc="", show_progress=False, pad_per_step=per_step)
-        results[per_step] = (seen[0], history[0]["loss"])
-    assert results[False][0] == (2, 64 + 16) and results[True][0] == (2, 16 + 16)
+        results[per_step] = (seen[0], history[0]["loss"], history[0]["tokens_computed"], history[0]["tokens_real"])
+    # prompts of 5 and responses of 4 tokens: both buckets shrink to 16
+    assert results[False][0] == (2, 64 + 48) and results[True][0] == (2, 16 + 16)
     assert results[True][1] == pytest.approx(results[False][1], rel=1e-5)
+    assert (results[False][2], results[True][2]) == (2 * 112, 2 * 32) and results[True][3] == results[False][3] == 18

@@ -24,6 +24,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 SEED_ORDERS = ("file", "shortest", "interleaved")
 SEED_STRATEGIES = ("variance", "uniform")
 SIMULATOR_TARGETS = ("next", "shortest")
+OBJECTIVES = ("rwr", "grpo")
 DYNAMIC_SAMPLING_FILTERS = ("reward", "advantage")
 
 
@@ -66,8 +67,12 @@ class TrainSettings:
     tasks_per_step: int = setting(16, "tasks per optimizer step (agent: x rollouts_per_task rows)", minimum=1)
     micro_batches: int = setting(1, "gradient accumulation within a step", minimum=1)
     passes: int = setting(1, "passes over the epoch's data (the agent's PPO epochs)", minimum=1)
-    pad_per_step: bool = setting(False, "pad each step's prompts to their own length bucket instead of the "
-                                        "longest of the epoch (fewer padded tokens, one compiled step per bucket)")
+    tasks_per_epoch: int = setting(0, "0: the update uses every task of the epoch it may train on; > 0: at most "
+                                      "this many, a seeded draw (equal update data whatever the simulator wrote)",
+                                   minimum=0)
+    pad_per_step: bool = setting(False, "pad each step's prompts and responses to their own length buckets "
+                                        "instead of the epoch's longest (fewer padded tokens, one compiled step "
+                                        "per pair of buckets)")
     loss: GRPOConfig | RWRConfig = setting(in_tree=False)  # the rule's loss, read by run_config
 
 
@@ -194,6 +199,19 @@ class EvaluationSettings:
     max_per_category: int = setting(0, "0 -> every task of the split", minimum=0)
     sample_seed: int = setting(-1, "-1: the first max_per_category tasks of each category; else a seeded sample "
                                    "of them (the evaluation command's --sample_seed: the same tasks)", minimum=-1)
+    every_epochs: int = setting(1, "score after every this many epochs (and after the last one)", minimum=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class SimulatorObjectiveSettings:
+    """How the simulator learns from R_env (`config.simulator.train.objective` and its neighbours):
+    RWR, the paper's, or GRPO over the generations of one prompt (`loop.simulator_update`)."""
+
+    objective: str = setting("rwr", "rwr: reward-weighted regression on the in-band tasks, weights "
+                                    "exp(lambda R_env) (the paper) | grpo: the variants_per_seed generations of a "
+                                    "prompt form a group, each rewarded with its task's R_env, group-relative "
+                                    "advantages, the GRPO step of simulator.train.grpo", choices=OBJECTIVES)
+    invalid_reward: float = setting(0.0, "grpo: the reward of a generation that is rejected or not rolled out")
 
 
 @dataclasses.dataclass(frozen=True)

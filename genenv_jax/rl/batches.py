@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import flax.struct
@@ -65,13 +66,16 @@ def train_steps(train: TrainFn, state: PolicyState, steps: Iterable[Sequence[Tra
                 pad_per_step: bool = False) -> tuple[PolicyState, list[dict[str, float]]]:
     """Runs one optimizer step per entry of `steps`, each packed into [rows, prompt_len + response_len].
 
-    `pad_per_step`: each step's prompts are padded to the length bucket of its own longest prompt
-    (at most `prompt_len`) rather than to `prompt_len`, the longest of them all: fewer padded tokens
-    when prompt lengths vary, one compiled step per bucket used."""
+    `pad_per_step`: each step's prompts and responses are padded to the length buckets of its own
+    longest prompt and response (at most `prompt_len` / `response_len`) rather than to the longest of
+    them all: fewer padded tokens when lengths vary, one compiled step per pair of buckets used.
+    Padding never enters the loss, so the update is the same either way (to float rounding)."""
     history = []
     for chosen in tqdm(steps, desc=desc, total=total, leave=False, disable=not show_progress):
-        step_prompt_len = min(prompt_len, length_bucket(max(len(r.prompt) for r in chosen))) if pad_per_step \
-            else prompt_len
+        step_prompt_len, step_response_len = prompt_len, response_len
+        if pad_per_step:
+            step_prompt_len = min(prompt_len, length_bucket(max(len(r.prompt) for r in chosen)))
+            step_response_len = min(response_len, length_bucket(max(len(r.response) for r in chosen)))
         with_logprobs = chosen[0].logprobs is not None
         with_masks = any(r.loss_mask is not None for r in chosen)
         masks = [np.ones(len(r.response), np.float32) if r.loss_mask is None else r.loss_mask for r in chosen]
@@ -81,13 +85,17 @@ def train_steps(train: TrainFn, state: PolicyState, steps: Iterable[Sequence[Tra
         batch = pack_sequences([r.prompt for r in chosen], [r.response for r in chosen], pad_id,
                                response_logprobs=[r.logprobs for r in chosen] if with_logprobs else None,
                                response_masks=masks if with_masks else None,
-                               num_rows=rows, prompt_len=step_prompt_len, response_len=response_len,
+                               num_rows=rows, prompt_len=step_prompt_len, response_len=step_response_len,
                                response_values=values)
         if not per_token:  # one scalar per row [rows]; per-token values are [rows, P + R]
             batch[scalar_key] = np.zeros((rows,), np.float32)
             batch[scalar_key][:len(chosen)] = [r.scalar for r in chosen]
-        state, metrics = train(state, batch)
-        history.append(metrics)
+        started = time.perf_counter()
+        state, metrics = train(state, batch)  # metrics come back as floats: the step has finished
+        # positions the step computed (rows x padded length), the real tokens among them, its seconds
+        history.append(metrics | {"tokens_computed": float(batch["tokens"].size),
+                                  "tokens_real": float(batch["attention_mask"].sum()),
+                                  "step_s": time.perf_counter() - started})
     return state, history
 
 
@@ -100,11 +108,13 @@ def batch_shape(rows: Sequence[TrainRow], rows_per_step: int, rows_multiple: int
 
 
 def summarise(prefix: str, history: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """Per-step update metrics averaged over an epoch's steps, keys prefixed, plus the step count."""
+    """Per-step update metrics averaged over an epoch's steps, keys prefixed, plus the step count;
+    the steps' wall seconds summed as `time/{prefix}_steps_s`."""
     if not history:
         return {f"{prefix}/steps": 0}
-    return {f"{prefix}/{k}": float(np.mean([m[k] for m in history])) for k in history[0]} | {
-        f"{prefix}/steps": len(history)}
+    keys = [k for k in history[0] if k != "step_s"]
+    return {f"{prefix}/{k}": float(np.mean([m[k] for m in history])) for k in keys} | {
+        f"{prefix}/steps": len(history), f"time/{prefix}_steps_s": float(sum(m.get("step_s", 0.0) for m in history))}
 
 
 def shuffled_batches(count: int, batch_size: int, steps: int, seed: int) -> Iterator[list[int]]:

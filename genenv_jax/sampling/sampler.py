@@ -152,6 +152,7 @@ class Sampler:
         self._pools: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # SamplerParams -> PrefixCache
         self.batch_shards = math.prod(self.mesh.shape[a] for a in BATCH_AXES)
         self._programs: dict[tuple, Any] = {}
+        self.timed = False  # generate() blocks after each program and records its seconds (profiling)
 
         stacked = param_shardings(cfg, self.mesh)
         layer = jax.tree.map(lambda s: NamedSharding(self.mesh, P(*s.spec[1:])), stacked["layers"])
@@ -330,7 +331,7 @@ class Sampler:
         params = self.prepare_params(params)
         batch = self.prepare_prompts(prompts, max_new_tokens)
         state, stats, programs = self.run(params, batch, slots=slots, sampling=sampling_params, seed=seed,
-                                          stop_tokens=stop_tokens, retain=retain)
+                                          stop_tokens=stop_tokens, retain=retain, timed=self.timed)
         out = programs.results(state)
         del state  # the cache buffers go with it
         width = int(batch.caps.max())
