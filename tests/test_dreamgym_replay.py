@@ -229,3 +229,20 @@ def test_transitions_are_not_records_of_another_kind(tmp_path):
     with pytest.raises(TypeError, match="not a Transition"):
         buffer.add([dataclasses.asdict(_transition(0))], np.ones((1, 8), np.float32))
     assert len(buffer) == 0 and buffer.counts()["expert"] == 0
+
+
+def test_retrieval_does_not_depend_on_the_vectors_memory_alignment(tmp_path, embedder):
+    """A float32 sum's last bit can follow the memory alignment of its operands (numpy's SIMD loops
+    peel to alignment): scores are summed in float64, so copies at any offset rank and score alike."""
+    vectors = embedder([key_text(f"You see a desk {i} and a lamp {i % 3}.", f"go to desk {i}") for i in range(9)])
+    queries = embedder([key_text("You see a desk 3.", "go to desk 3"), key_text("nothing", "look")])
+    results = []
+    for offset in (0, 4, 8, 12, 16, 36):  # bytes past a 64-byte-aligned start
+        raw = np.zeros(vectors.nbytes + 128, np.uint8)
+        start = (-raw.ctypes.data) % 64 + offset
+        shifted = np.frombuffer(raw[start:start + vectors.nbytes], np.float32).reshape(vectors.shape)
+        shifted[...] = vectors
+        buffer = ReplayBuffer(Pool(tmp_path / f"pools{offset}", "replay"))
+        buffer.add([_transition(i, "agent") for i in range(9)], shifted)
+        results.append(buffer.retrieve_scored(queries, 5, real_only=True))
+    assert all(r == results[0] for r in results[1:])

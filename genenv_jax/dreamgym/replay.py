@@ -112,7 +112,7 @@ class ReplayBuffer:
         self.chunk_rows = int(chunk_rows)
         self._transitions: list[Transition] = []
         self._vectors = np.zeros((0, 0), np.float32)   # [capacity, D]; rows past len(self) unused
-        self._inv_norms = np.zeros((0,), np.float32)   # [capacity]
+        self._inv_norms = np.zeros((0,), np.float64)   # [capacity]
         self._real = np.zeros((0,), bool)              # [capacity]
         self._by_key: dict[tuple[str, int], list[int]] = collections.defaultdict(list)
         self._dim: int | None = None
@@ -230,7 +230,7 @@ class ReplayBuffer:
         self._dim = vectors.shape[1]
         self._reserve(stop)
         self._vectors[start:stop] = vectors
-        self._inv_norms[start:stop] = 1.0 / np.linalg.norm(vectors, axis=1)
+        self._inv_norms[start:stop] = 1.0 / np.sqrt(_float64_row_dots(vectors, vectors))
         self._real[start:stop] = [t.source in REAL_SOURCES for t in transitions]
         for index, t in enumerate(transitions, start):
             self._by_key[(t.task_id, t.step)].append(index)
@@ -282,7 +282,7 @@ class ReplayBuffer:
         return [[(int(i), float(s)) for s, i in zip(*pair)] for pair in best]
 
     def _normalised_queries(self, query_vectors: np.ndarray) -> np.ndarray:
-        """Queries [Q, D] as float32 unit vectors; ValueError on a shape or dimension mismatch."""
+        """Queries [Q, D] as float64 unit vectors (float32 input); ValueError on a shape or dimension mismatch."""
         queries = np.asarray(query_vectors, np.float32)
         if queries.ndim != 2:
             raise ValueError(f"ReplayBuffer.retrieve: query_vectors must be [Q, D], got shape {queries.shape}")
@@ -294,11 +294,18 @@ class ReplayBuffer:
                 _check_vector(q)
             except ValueError as e:
                 raise ValueError(f"ReplayBuffer.retrieve: query {i}: {e}") from None
-        return queries / np.linalg.norm(queries, axis=1, keepdims=True)
+        queries = queries.astype(np.float64)
+        return queries / np.sqrt(_float64_row_dots(queries, queries))[:, None]
 
     def _chunk_scores(self, queries: np.ndarray, start: int, stop: int, real_only: bool) -> np.ndarray:
-        """Cosine similarities [Q, C] of the queries with rows [start, stop); -inf where not eligible."""
-        scores = (queries @ self._vectors[start:stop].T) * self._inv_norms[start:stop]  # [Q, C]
+        """Cosine similarities [Q, C] of the queries with rows [start, stop); -inf where not eligible.
+
+        Computed in float64 and rounded to float32: a float32 dot product's last bit depends on the
+        summation order that numpy's and BLAS's kernels pick (by CPU and by the arrays' memory
+        alignment), so a buffer reopened from its pool could rank a near tie differently from the
+        one that wrote it. float64 sums differ by ~1e-16 relative, far below float32's rounding."""
+        rows = self._vectors[start:stop].astype(np.float64)  # [C, D]
+        scores = ((queries @ rows.T) * self._inv_norms[start:stop]).astype(np.float32)  # [Q, C]
         if real_only:
             scores[:, ~self._real[start:stop]] = -np.inf
         return scores
@@ -323,6 +330,11 @@ class ReplayBuffer:
             for j in range(start, stop):
                 if np.isfinite(row[j - start]) and exclude(q, self._transitions[j]):
                     row[j - start] = -np.inf
+
+
+def _float64_row_dots(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise dot products [N] of a, b [N, D], summed in float64."""
+    return np.einsum("nd,nd->n", a.astype(np.float64), b.astype(np.float64))
 
 
 def _grown(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
