@@ -135,6 +135,23 @@ def test_grpo_micro_batched_equals_full_batch(grpo_reference, batch):
     assert_matches_reference(params, history, grpo_reference)
 
 
+def test_a_micro_batch_without_loss_tokens_is_skipped_and_changes_nothing(batch):
+    """Empty rows (all masks 0) interleaved so that micro-batch 1 of 2 holds only them: the step skips
+    it (a `cond` in the program) and matches the same batch in one micro-batch."""
+    grpo = pick(batch, GRPO_KEYS)
+    padded = {k: np.zeros((2 * BATCH, *v.shape[1:]), v.dtype) for k, v in grpo.items()}
+    for k, v in grpo.items():
+        padded[k][0::2] = v  # micro-batch m of 2 holds rows m, m + 2, ...: micro-batch 1 is all empty rows
+    whole = run_steps(rl.make_grpo_step(CFG, rl.make_optimizer(ADAMW), GRPO_CONFIG), padded)
+    step = rl.make_grpo_step(CFG, rl.make_optimizer(ADAMW), GRPO_CONFIG, micro_batches=2)
+    params, _, history = run_steps(step, padded)
+    assert_matches_reference(params, history, whole)
+    assert history[0]["tokens"] == batch["loss_mask"].sum()
+    placed = step.place_params(fresh_params())
+    jaxpr = str(jax.make_jaxpr(step.fn)(placed, step.init_opt_state(placed), padded))
+    assert " cond[" in jaxpr
+
+
 @pytest.mark.parametrize("mesh_name", list(MESHES))
 def test_grpo_sharded_equals_single_device(grpo_reference, batch, mesh_name):
     mesh = make_mesh(mesh_name)

@@ -8,7 +8,9 @@ state, and gradient accumulation over micro-batches with `lax.scan`.
 With `lora` (rank > 0) the trained tree is the LoRA adapters and the base is a frozen argument:
 `step(adapters, opt_state, batch, base)`. The loss sees `with_adapters(base, adapters)`, the
 gradient is taken with respect to the adapters alone (the base's is never formed), the optimizer
-state exists for the adapters only, and the base is neither donated nor returned. With
+state exists for the adapters only, and the base is neither donated nor returned. A micro-batch
+with no loss token (empty rows filling the batch to its row count) is skipped (`lax.cond`): every
+loss term is masked, so it would add exactly zero. With
 `lora.dropout` the loss's forward drops each adapter's input (masks keyed by the micro-batch's
 tokens, so the step stays a pure function of its inputs).
 
@@ -187,10 +189,20 @@ def build_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, 
         batch, norms, direct_metrics = prepare(batch)
         micro = jax.tree.map(lambda x: split_micro_batches(x, micro_batches, mesh), batch)
 
-        def accumulate(grad_sum, micro_batch):
+        def add_micro_batch(grad_sum, micro_batch):
             (_, metrics), grads = grad_fn(params, micro_batch, norms, frozen)
             grads = constrain_like_params(to_float32(grads))
             return jax.tree.map(jnp.add, grad_sum, grads), metrics
+
+        def accumulate(grad_sum, micro_batch):
+            if "loss_mask" not in micro_batch:
+                return add_micro_batch(grad_sum, micro_batch)
+            # A micro-batch without loss tokens (rows padding the batch to its row count) adds exactly
+            # nothing, loss and metrics included (every term is masked): skip its forward and backward.
+            skipped_metrics = jax.tree.map(lambda m: jnp.zeros(m.shape, m.dtype),
+                                           jax.eval_shape(add_micro_batch, grad_sum, micro_batch)[1])
+            return jax.lax.cond(jnp.any(micro_batch["loss_mask"] > 0), add_micro_batch,
+                                lambda g, _: (g, skipped_metrics), grad_sum, micro_batch)
 
         zeros = constrain_like_params(jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params))
         if micro_batches == 1:  # no loop: a smaller program that compiles faster
