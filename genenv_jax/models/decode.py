@@ -135,11 +135,13 @@ def extend(cfg: ModelConfig, params: Params, caches: Caches, tokens: jax.Array, 
     return caches, constrain(unchunk(last_logits), ("batch", "vocab"))
 
 
-def write_prompt_rows(caches: Caches, prompt_caches: Caches, rows: jax.Array) -> Caches:
-    """Caches [B, K, S, H] with rows[r]'s slots [0, P) replaced by prompt_caches [R, K, P, H] row r
-    (a prefill's caches with cache_len P). A row index >= B is dropped (padding of the refill)."""
-    prompt_len = prompt_caches[0][0].shape[2]
-    return tuple(tuple(buf.at[rows, :, :prompt_len].set(new.astype(buf.dtype), mode="drop")
+def write_prompt_rows(caches: Caches, prompt_caches: Caches, rows: jax.Array, prompt_len: int | None = None) -> Caches:
+    """Caches [B, K, S, H] with rows[r]'s prompt slots [P - T, P) replaced by prompt_caches
+    [R, K, T, H] row r (a prefill's caches with cache_len T <= P, left-padded prompts: they end at
+    slot P; P defaults to T). A row index >= B is dropped (padding of the refill)."""
+    width = prompt_caches[0][0].shape[2]
+    start = (width if prompt_len is None else prompt_len) - width
+    return tuple(tuple(buf.at[rows, :, start:start + width].set(new.astype(buf.dtype), mode="drop")
                        for buf, new in zip(layer, new_layer))
                  for layer, new_layer in zip(caches, prompt_caches))
 

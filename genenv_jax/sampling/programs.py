@@ -135,6 +135,10 @@ class CallPrograms:
             tokens = tokens[:, p - remainder:]
             starts = p - fill(batch.lengths, 0) + prefix[1]  # [R]: first computed prompt slot
             mask = mask[:, p - remainder:] & (np.arange(p - remainder, p)[None, :] >= starts[:, None])
+        else:  # the last T columns: the bucket of this refill's longest prompt, not the call's
+            longest = max(int(batch.lengths[i]) for i in prompt_ids)
+            remainder = min(p, bucket_size(longest, None, s.buckets.min_prompt, "prompt", length_bucket))
+            tokens, mask = tokens[:, p - remainder:], mask[:, p - remainder:]
         host = (tokens, mask, fill(batch.mask, False), fill(batch.lengths, 0),
                 np.concatenate([slots, np.full(pad, num_slots)]).astype(np.int32),
                 np.concatenate([prompt_ids, np.full(pad, self.num_prompts)]).astype(np.int32),
@@ -144,8 +148,7 @@ class CallPrograms:
         pool_arg = ()
         if prefix is not None:
             pool_arg = (PoolPrefix(self.cache.pool, s.put(prefix[0], ("batch", None)), s.put(prefix[1], ("batch",))),)
-        chunk = rows_per_chunk(rows, max(remainder, 1) if prefix is not None else p, s.batch_shards,
-                               s.prefill_chunk_tokens)
+        chunk = rows_per_chunk(rows, max(remainder, 1), s.batch_shards, s.prefill_chunk_tokens)
 
         def build():
             abstract, shardings = self._state_specs(window, num_slots)

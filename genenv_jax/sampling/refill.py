@@ -93,8 +93,9 @@ def refill(cfg: ModelConfig, constrain: Constrain, options: SelectOptions, rows_
            ) -> DecodeState:
     """Starts prompts (prompt_mask [R, P], left-padded; lengths, caps, prompt_ids [R]) in `slots` [R].
 
-    tokens/mask: the whole prompts [R, P], or with `prefix` their remainders after the reused
-    prefix [R, T] (`prefill_prompts`). A slot index >= B marks a padding row: nothing of it is
+    tokens/mask: the prompts' last T <= P columns [R, T] (every prompt of the refill fits them: left
+    padding), or with `prefix` their remainders after the reused prefix [R, T] (`prefill_prompts`);
+    the prompt caches go to slots [P - T, P). A slot index >= B marks a padding row: nothing of it is
     written. `params` from `models.decode.unstack_layers`; stop_ids [n] (-1 never matches);
     scalars as `decode_segment`.
     """
@@ -108,7 +109,7 @@ def refill(cfg: ModelConfig, constrain: Constrain, options: SelectOptions, rows_
                           logprobs, stops)
     put = lambda a, v: a.at[slots].set(v, mode="drop")  # noqa: E731
     return state.replace(
-        caches=write_prompt_rows(state.caches, prompt_caches, slots),
+        caches=write_prompt_rows(state.caches, prompt_caches, slots, prompt_len=state.prompt_mask.shape[1]),
         prompt_mask=put(state.prompt_mask, prompt_mask), prompt_lengths=put(state.prompt_lengths, lengths),
         prompt_ids=put(state.prompt_ids, prompt_ids), caps=put(state.caps, caps),
         steps=put(state.steps, jnp.ones_like(slots)), last_tokens=put(state.last_tokens, first),
