@@ -23,7 +23,8 @@ from genenv_jax.rl.batches import TrainRow
 from genenv_jax.loop.warmstart_cache import warmstart_key
 from genenv_jax.workdir.metrics import read_metrics
 from genenv_jax.configs.run_config import ConfigError, RunConfig
-from genenv_jax.study.runner import StudyRun, check_study, plan_runs, selected_runs
+from genenv_jax.study.runner import (StudyRun, check_study, finished_unchanged, plan_runs, portable_snapshot,
+                                     run_config, selected_runs)
 
 
 def _context(**overrides) -> LoopContext:
@@ -112,6 +113,42 @@ def test_study_plan_and_its_checks():
     large = study_configs.get_config("large")
     assert large.run.agent.preset == "study-30m" and large.run.epochs > study.run.epochs
     assert len(plan_runs(large)) == 3 * 5
+
+
+def test_a_finished_run_is_skipped_only_under_the_config_it_finished_with(tmp_path):
+    """done.json records the run's config (paths inside the study directory made portable): the same
+    config skips the run, more epochs resume it, a changed learning rate is refused in one line
+    naming the key, as is a done.json that records no config."""
+    study = study_configs.get_config()
+    study.tokenizer_vocab_size = 0  # no study tokenizer to train: the run falls back to the model's own
+    run = plan_runs(study)[0]
+
+    def snapshot(study_dir, **overrides):
+        c = run_config(study, run, study_dir)
+        for key, value in overrides.items():
+            *path, last = key.split(".")
+            node = c
+            for p in path:
+                node = node[p]
+            node[last] = value
+        config = RunConfig.from_config_dict(c, num_devices=jax.device_count())
+        return portable_snapshot(config.snapshot, study_dir), config.epochs
+
+    done = tmp_path / "a" / run.workdir / "done.json"
+    assert not finished_unchanged(done, run.name, *snapshot(tmp_path / "a"))
+    saved, epochs = snapshot(tmp_path / "a")
+    assert saved["warmstart"]["cache_dir"] == "<study>/warmstart_cache"
+    done.parent.mkdir(parents=True)
+    done.write_text(json.dumps({"epochs": epochs, "seconds": 1.0, "config": saved}))
+    assert finished_unchanged(done, run.name, *snapshot(tmp_path / "moved"))  # the same run, another place
+    assert not finished_unchanged(done, run.name, *snapshot(tmp_path / "a", epochs=epochs + 2))  # resumes
+    with pytest.raises(ConfigError, match=rf"^run {run.name} finished under another config "
+                       r"\(config.agent.optimizer.learning_rate: [0-9.e-]+ -> 0.5\); its results would be "
+                       r"reported under this command: use another --workdir or delete "):
+        finished_unchanged(done, run.name, *snapshot(tmp_path / "a", **{"agent.optimizer.learning_rate": 0.5}))
+    done.write_text(json.dumps({"epochs": epochs, "seconds": 1.0}))
+    with pytest.raises(ConfigError, match="finished without a recorded config"):
+        finished_unchanged(done, run.name, *snapshot(tmp_path / "a"))
 
 
 SMOKE_CONFIG = Path(__file__).resolve().parent / "configs" / "study_smoke.py"

@@ -26,7 +26,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from absl import flags, logging
 from ml_collections import ConfigDict
@@ -187,14 +187,60 @@ def run_study(study: ConfigDict, study_dir: str | os.PathLike, command: str = ""
     for run in bar:
         bar.set_postfix_str(run.name)
         done = study_dir / run.workdir / "done.json"
-        if done.is_file() and json.loads(done.read_text()).get("epochs") == configs[run.name].epochs:
+        snapshot = portable_snapshot(configs[run.name].snapshot, study_dir)
+        if finished_unchanged(done, run.name, snapshot, configs[run.name].epochs):
             continue
         t0 = time.time()
         CoEvolution(configs[run.name], study_dir / run.workdir).run()
-        storage.write_atomic(done, json.dumps({"epochs": configs[run.name].epochs, "seconds": time.time() - t0}))
+        storage.write_atomic(done, json.dumps({"epochs": configs[run.name].epochs, "seconds": time.time() - t0,
+                                               "config": snapshot}, indent=1) + "\n")
         tqdm.write(f"study: {run.name} done in {time.time() - t0:.0f} s")
     bar.close()
     return write_report(study_dir)
+
+
+def portable_snapshot(snapshot: Mapping[str, Any], study_dir: Path) -> dict[str, Any]:
+    """A run's config snapshot with paths inside the study directory written `<study>/...`, so a
+    study directory that was moved or copied compares equal to itself."""
+    prefix = str(study_dir)
+
+    def portable(value: Any) -> Any:
+        if isinstance(value, str) and (value == prefix or value.startswith(prefix + os.sep)):
+            return "<study>" + value[len(prefix):]
+        if isinstance(value, Mapping):
+            return {k: portable(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [portable(v) for v in value]
+        return value
+
+    return portable(dict(snapshot))
+
+
+def finished_unchanged(done: Path, name: str, snapshot: Mapping[str, Any], epochs: int) -> bool:
+    """Whether run `name` finished (its `done.json`) under this config: True to skip it, False when
+    it has not finished or finished fewer epochs (it resumes). A run that finished under a config
+    that differs in a key that changes what the run means is refused in one line naming the keys,
+    as a resume under another config is (`loop.persistence.config_changes`); so is a finished run
+    whose done.json records no config (written before configs were recorded)."""
+    from genenv_jax.loop.persistence import config_changes
+
+    if not done.is_file():
+        return False
+    try:
+        record = json.loads(done.read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{done}: unreadable ({one_line(e)}); delete it to rerun {name}") from None
+    if "config" not in record:
+        raise ConfigError(f"{done}: run {name} finished without a recorded config, so a rerun cannot tell whether "
+                          f"it is the same run; delete {done.parent} to rerun it or use another --workdir")
+    unsafe = [(key, old, new) for key, old, new, safe in config_changes(record["config"], snapshot)
+              if not safe]
+    if unsafe:
+        shown = "; ".join(f"config.{key}: {old!r} -> {new!r}" for key, old, new in unsafe[:3])
+        more = f" (and {len(unsafe) - 3} more)" if len(unsafe) > 3 else ""
+        raise ConfigError(f"run {name} finished under another config ({shown}{more}); its results would be "
+                          f"reported under this command: use another --workdir or delete {done.parent}")
+    return record.get("epochs") == epochs
 
 
 def base_evaluation_args(config, out: Path) -> list[str]:
