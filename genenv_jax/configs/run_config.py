@@ -20,7 +20,7 @@ from typing import Any, Mapping
 from genenv_jax.configs.settings import (POLICY_DEFAULTS, POLICY_RULES, CheckpointSettings,
                                          DomainSettings, DynamicSamplingSettings, EpisodeSettings, EvaluationSettings, LogSettings,
                                          PolicySettings, ReplaySettings, SamplingSettings, SeedSelectionSettings,
-                                         TrainSettings, WarmstartSettings, loss_class)
+                                         SimulatorObjectiveSettings, TrainSettings, WarmstartSettings, loss_class)
 from genenv_jax.core.config_checks import (ConfigError, check_declared, check_type, defaults, failure, section, setting,
                                            to_dict)
 from genenv_jax.data.model_sources import ModelSourceError, resolve_model_source
@@ -28,10 +28,13 @@ from genenv_jax.dreamgym.settings import DreamGymSettings
 from genenv_jax.models import param_shapes, preset
 from genenv_jax.models.lora import LoRAConfig
 from genenv_jax.parallel import MeshConfig
-from genenv_jax.rl import OptimizerConfig
+from genenv_jax.rl import GRPOConfig, OptimizerConfig
 from genenv_jax.rl.curriculum import CurriculumConfig
 
 MODES = ("genenv", "random", "static", "dreamgym")
+SIMULATOR_FEEDBACK = ("results", "none")
+# The simulator's train keys beyond a policy's own: its objective, and the GRPO loss `grpo` uses.
+_OBJECTIVE_KEYS = tuple(f.name for f in dataclasses.fields(SimulatorObjectiveSettings))
 # A preset at least this large is never randomly initialised unless asked for (`allow_random_init`).
 RANDOM_INIT_LIMIT = 100_000_000
 
@@ -65,6 +68,12 @@ class RunConfig:
     agent: PolicySettings = setting(in_tree=False)
     simulator: PolicySettings = setting(in_tree=False)
     share_agent_init: bool = setting(in_tree=False)  # config.simulator.share_agent_init
+    simulator_objective: SimulatorObjectiveSettings = setting(in_tree=False)  # config.simulator.train.objective, ...
+    simulator_feedback: str = setting("results", "what the simulator's prompt says of the agent: results (its "
+                                                 "recent success on the seed against alpha, and the direction "
+                                                 "toward it: the paper's prompt) | none (the seed alone, direction "
+                                                 "'similar': any aiming comes from training)",
+                                      choices=SIMULATOR_FEEDBACK)
     tokenizer_dir: str = setting("", "'' -> the agent's model_dir, else the bundled Qwen2.5 tokenizer",
                                  check=_tokenizer_dir)
     experience: PolicySettings = setting(in_tree=False)  # mode=dreamgym: the experience model
@@ -123,6 +132,8 @@ def policy_defaults(name: str) -> dict[str, Any]:
     tree["train"]["loss"] = {k: v for k, v in defaults(loss_class(POLICY_RULES[name])).items() if k != "temperature"}
     if name == "simulator":
         tree["share_agent_init"] = True  # start from the agent's initial weights (the paper's setup)
+        tree["train"] |= defaults(SimulatorObjectiveSettings)
+        tree["train"]["grpo"] = {k: v for k, v in defaults(GRPOConfig).items() if k != "temperature"}
     return tree
 
 
@@ -137,7 +148,11 @@ def run_defaults() -> dict[str, Any]:
 def saved_policy_settings(snapshot: Mapping[str, Any], name: str) -> PolicySettings:
     """A policy's settings from a run's saved config snapshot (e.g. to rebuild its model config)."""
     tree = {k: v for k, v in snapshot[name].items() if k != "share_agent_init"}
-    return _policy(tree, name, POLICY_RULES[name], check_source=False)
+    rule = POLICY_RULES[name]
+    if name == "simulator":
+        tree, objective = _simulator_objective(tree, int(snapshot.get("variants_per_seed", 1)))
+        rule = objective.objective
+    return _policy(tree, name, rule, check_source=False)
 
 
 def saved_init_seed(snapshot: Mapping[str, Any]) -> int:
@@ -156,12 +171,15 @@ def _policy(tree: Mapping[str, Any], name: str, rule: str, check_source: bool = 
     if optimizer.learning_rate <= 0:
         raise failure(f"{name}.optimizer.learning_rate", optimizer.learning_rate, "must be > 0")
     train_tree = dict(tree.get("train", {}))
-    loss = section(loss_class(rule), train_tree.pop("loss", {}), f"{name}.train.loss", skip=("temperature",),
+    # The simulator's GRPO objective trains with its `train.grpo` section; its RWR `train.loss` then waits unused.
+    losses = {"loss": train_tree.pop("loss", {}), "grpo": train_tree.pop("grpo", None)}
+    loss_key = "grpo" if name == "simulator" and rule == "grpo" else "loss"
+    loss = section(loss_class(rule), losses[loss_key] or {}, f"{name}.train.{loss_key}", skip=("temperature",),
                    extra={"temperature": sampling.temperature})
     if getattr(loss, "norm_tokens", None) == 0:  # Dr. GRPO's constant L: the longest reply the policy samples
         loss = dataclasses.replace(loss, norm_tokens=sampling.max_new_tokens)
     if getattr(loss, "overlong_buffer", 0) > sampling.max_new_tokens:
-        raise failure(f"{name}.train.loss.overlong_buffer", loss.overlong_buffer,
+        raise failure(f"{name}.train.{loss_key}.overlong_buffer", loss.overlong_buffer,
                       f"must be <= {name}.sampling.max_new_tokens ({sampling.max_new_tokens}), the reply cap it ends at")
     train = section(TrainSettings, train_tree, f"{name}.train", skip=("loss",), extra={"loss": loss})
     lora = section(LoRAConfig, tree.get("lora", {}), f"{name}.lora")
@@ -248,7 +266,8 @@ def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
     share = check_type("simulator.share_agent_init", simulator_tree.pop("share_agent_init", True), bool)
     if share:
         simulator_tree.update(_shared_source(tree["agent"], simulator_tree))
-    simulator = _policy(simulator_tree, "simulator", "rwr")
+    simulator_tree, objective = _simulator_objective(simulator_tree, scalars["variants_per_seed"])
+    simulator = _policy(simulator_tree, "simulator", objective.objective)
     experience_tree = dict(tree.get("experience") or {})
     if not experience_tree.get("model_dir") and not experience_tree.get("preset"):  # "": the agent's source
         experience_tree.update({k: tree["agent"][k] for k in ("model_dir", "preset", "allow_random_init")})
@@ -285,11 +304,28 @@ def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
                       f"must be <= rollouts_per_task ({scalars['rollouts_per_task']}): p_hat uses the first "
                       "rollouts of each task's group")
     for p in (agent, simulator):
-        rows = p.train.tasks_per_step * (scalars["rollouts_per_task"] if p.rule == "grpo" else 1)
+        group = scalars["rollouts_per_task"] if p.name == "agent" else scalars["variants_per_seed"]
+        rows = p.train.tasks_per_step * (group if p.rule == "grpo" else 1)
         multiple = data * fsdp * p.train.micro_batches
         if p.rule == "grpo" and rows % multiple:
             raise ConfigError(
-                f"config.{p.name}.train.tasks_per_step x rollouts_per_task = {rows} rows is not divisible by "
-                f"mesh data x fsdp ({data} x {fsdp}) x {p.name}.train.micro_batches ({p.train.micro_batches})")
-    return RunConfig(agent=agent, simulator=simulator, share_agent_init=share, experience=experience, domain=domain,
-                     snapshot=tree, **sections, **scalars)
+                f"config.{p.name}.train.tasks_per_step x {'rollouts_per_task' if p.name == 'agent' else 'variants_per_seed'}"
+                f" = {rows} rows is not divisible by mesh data x fsdp ({data} x {fsdp}) x "
+                f"{p.name}.train.micro_batches ({p.train.micro_batches})")
+    return RunConfig(agent=agent, simulator=simulator, share_agent_init=share, simulator_objective=objective,
+                     experience=experience, domain=domain, snapshot=tree, **sections, **scalars)
+
+
+def _simulator_objective(tree: Mapping[str, Any], variants_per_seed: int
+                         ) -> tuple[dict[str, Any], SimulatorObjectiveSettings]:
+    """The simulator's section without its objective keys (its `train.grpo` loss stays for `_policy`)
+    and the objective's settings."""
+    tree = dict(tree)
+    train = dict(tree.get("train", {}))
+    objective = section(SimulatorObjectiveSettings, {k: train.pop(k) for k in _OBJECTIVE_KEYS if k in train},
+                        "simulator.train")
+    if objective.objective == "grpo" and variants_per_seed < 2:
+        raise failure("variants_per_seed", variants_per_seed, "must be >= 2 with simulator.train.objective=grpo "
+                      "(a prompt's generations form the group its advantages are relative to)")
+    tree["train"] = train
+    return tree, objective

@@ -24,6 +24,7 @@ import time
 
 from tqdm.auto import tqdm
 
+from genenv_jax.core.compile_clock import compile_totals
 from genenv_jax.rl import curriculum
 from genenv_jax.workdir import storage
 from genenv_jax.workdir.checkpoints import Checkpointer
@@ -190,13 +191,13 @@ class CoEvolution:
     def run_epoch(self, state: LoopState, epoch: int) -> dict:
         """Runs one epoch in place on `state`; returns its metrics. Pools are committed at the end."""
         c, ctx = self.config, self.ctx
-        t0 = time.time()
+        t0, compiled0 = time.time(), compile_totals()
         counters: collections.Counter = collections.Counter()
 
         # 1-3. Tasks: the simulator's variants of chosen seeds (or draws from the static set).
         gens = self.task_source.tasks(epoch, state.simulator, state.seeds, counters)
         tasks, top_ups = agent_tasks(ctx, gens, epoch, counters)
-        t_gen = time.time()
+        t_gen, compiled_gen = time.time(), compile_totals()
 
         # 4-5. n agent rollouts per task (new + replayed) and their rewards R_agent.
         replay = top_ups + replay_tasks(ctx, self.pools["d_train"], epoch)
@@ -212,7 +213,7 @@ class CoEvolution:
         train_groups, refills, sampling_metrics = dynamic_sampling.training_groups(
             ctx, self.agent, placed, envs, groups, self.pools["d_train"], epoch, counters)
         del placed  # not held through the updates
-        t_roll = time.time()
+        t_roll, compiled_roll = time.time(), compile_totals()
 
         # 6. p_hat, R_env and the band on the generated tasks; per-seed stats for the next epoch.
         fresh = [{"task_id": g.task.task_id, "seed_id": g.task.parent_id or g.task.task_id, "rewards": g.rewards}
@@ -232,19 +233,27 @@ class CoEvolution:
             state.simulator, simulator_metrics = learning.update_simulator(
                 ctx, self.simulator, state.simulator, gens, {t: s.r_env for t, s in by_task.items()},
                 {t: s.in_band for t, s in by_task.items()}, epoch)
-        t_upd = time.time()
-        heldout = self.heldout.metrics(state.agent, epoch)
+        t_upd, compiled_upd = time.time(), compile_totals()
+        every = c.evaluation.every_epochs
+        heldout = self.heldout.metrics(state.agent, epoch) if (epoch + 1) % every == 0 or epoch == c.epochs - 1 else {}
+        compiled_end = compile_totals()
 
         # 9. Pools (committed before the checkpoint; resume rolls them back if the checkpoint is missing).
         if self.world is not None:
             self.world.commit(epoch)  # the replay pool's shard (synced with the others just below)
+        reward_lambda = (c.simulator.train.loss.reward_lambda if c.simulator_objective.objective == "rwr" else None)
         shared_pools.append_epoch(self.pools, epoch, {
             "d_train": records.d_train_records(groups + refills),
-            "d_env": records.d_env_records(gens, by_task, c.simulator.train.loss.reward_lambda)})
+            "d_env": records.d_env_records(gens, by_task, reward_lambda)})
         if is_writer():
             records.write_samples(self.workdir / "samples", epoch, gens, groups, c.log.samples_per_epoch)
         times = {"generate_s": t_gen - t0, "rollouts_s": t_roll - t_gen, "updates_s": t_upd - t_roll,
                  "heldout_s": time.time() - t_upd}
+        # of which XLA compilation (programs compiled in this process, persistent-cache loads included)
+        marks = (compiled0, compiled_gen, compiled_roll, compiled_upd, compiled_end)
+        times |= {f"compile_{phase}_s": b[0] - a[0]
+                  for phase, a, b in zip(("generate", "rollouts", "updates", "heldout"), marks, marks[1:])}
+        counters["time/compiled_programs"] += compiled_end[1] - compiled0[1]
         episodes = [ep for g in groups for ep in g.episodes]
         generated = len(gens) if self.mode.counts_generations else None
         return records.epoch_metrics(gens=gens, generated=generated, groups=groups, scores=scores,

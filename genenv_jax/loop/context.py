@@ -20,6 +20,8 @@ from genenv_jax.configs.run_config import RunConfig
  STREAM_TOP_UP) = range(1, 9)
 STREAM_EXPERIENCE = 9  # mode=dreamgym: the experience model's sampling in synthetic episodes
 STREAM_REFILL = 10     # dynamic sampling: refill round r draws its tasks from stream 10 * 1000 + r
+STREAM_UPDATE_SUBSET, STREAM_SIMULATOR_SUBSET = 11, 12  # train.tasks_per_epoch: which tasks an update uses
+STREAM_SIMULATOR_GRPO = 13  # the order of the simulator's GRPO groups
 STREAM_WARMSTART_AGENT, STREAM_WARMSTART_SIMULATOR, STREAM_EXPERIENCE_SFT = 101, 102, 103
 
 

@@ -11,21 +11,25 @@ import numpy as np
 from genenv_jax.domains.base import DIFFICULTY_DIRECTIONS, Task
 from genenv_jax.episodes import Episode
 from genenv_jax.loop.credit import group_credits
-from genenv_jax.loop.context import (STREAM_GRPO, STREAM_RWR, STREAM_WARMSTART_AGENT, STREAM_WARMSTART_SIMULATOR,
-                                     LoopContext, epoch_seed)
+from genenv_jax.loop.context import (STREAM_GRPO, STREAM_RWR, STREAM_SIMULATOR_SUBSET, STREAM_UPDATE_SUBSET,
+                                     STREAM_WARMSTART_AGENT,
+                                     STREAM_WARMSTART_SIMULATOR, LoopContext, epoch_seed)
 from genenv_jax.loop.policy import Policy
 from genenv_jax.loop.rollouts import RolloutGroup
+from genenv_jax.loop.simulator_grpo import update_simulator_grpo
 from genenv_jax.loop.tasks import Generation
 from genenv_jax.rl.batches import PolicyState, TrainRow, batch_shape, shuffled_batches, summarise, train_steps
 
 
 def update_agent(ctx: LoopContext, agent: Policy, state: PolicyState, groups: Sequence[RolloutGroup],
                  epoch: int) -> tuple[PolicyState, dict]:
-    """GRPO: each pass visits every task's group once, `tasks_per_step` groups per step; advantages
-    per `agent.train.loss.advantage` (`loop.credit`)."""
+    """GRPO: each pass visits every task's group once (at most `agent.train.tasks_per_epoch` of
+    them, a seeded draw), `tasks_per_step` groups per step; advantages per
+    `agent.train.loss.advantage` (`loop.credit`)."""
+    n, u = ctx.config.rollouts_per_task, agent.settings.train
+    groups = at_most(groups, u.tasks_per_epoch, ctx.seed(epoch, STREAM_UPDATE_SUBSET))
     if not groups:
         return state, {}
-    n, u = ctx.config.rollouts_per_task, agent.settings.train
     credits, credit_metrics = group_credits(groups, n, u.loss, agent.settings.sampling.max_new_tokens)
     rows_of = [[TrainRow(ep.prompt, ep.tokens, float(c.advantages[k]), *_logprobs_and_mask(ep),
                          token_scalars=None if c.token_advantages is None else c.token_advantages[k])
@@ -51,10 +55,29 @@ def _logprobs_and_mask(ep: Episode) -> tuple[np.ndarray, np.ndarray | None]:
     return logprobs, (None if mask.all() else mask)
 
 
+def at_most(items: Sequence, count: int, seed: int) -> list:
+    """`items`, or `count` > 0 of them drawn without replacement by `seed` (in their order)."""
+    if count <= 0 or len(items) <= count:
+        return list(items)
+    keep = np.sort(np.random.default_rng(seed).choice(len(items), size=count, replace=False))
+    return [items[i] for i in keep]
+
+
 def update_simulator(ctx: LoopContext, simulator: Policy, state: PolicyState, gens: Sequence[Generation],
                      r_env: Mapping[str, float], in_band: Mapping[str, bool], epoch: int) -> tuple[PolicyState, dict]:
-    """RWR on the generations whose task is in band, each weighted by its R_env."""
+    """The simulator's update by `simulator.train.objective`: RWR on the in-band tasks (`update_rwr`)
+    or GRPO over each prompt's generations (`loop.simulator_grpo`)."""
+    if ctx.config.simulator_objective.objective == "grpo":
+        return update_simulator_grpo(ctx, simulator, state, gens, r_env, epoch)
+    return update_rwr(ctx, simulator, state, gens, r_env, in_band, epoch)
+
+
+def update_rwr(ctx: LoopContext, simulator: Policy, state: PolicyState, gens: Sequence[Generation],
+               r_env: Mapping[str, float], in_band: Mapping[str, bool], epoch: int) -> tuple[PolicyState, dict]:
+    """RWR on the generations whose task is in band (at most `simulator.train.tasks_per_epoch`, a
+    seeded draw), each weighted by its R_env."""
     chosen = [g for g in gens if g.task and in_band.get(g.task.task_id) and g.tokens]
+    chosen = at_most(chosen, simulator.settings.train.tasks_per_epoch, ctx.seed(epoch, STREAM_SIMULATOR_SUBSET))
     if not chosen:
         return state, {"simulator/steps": 0, "simulator/skipped": "no in-band tasks"}
     rows = [TrainRow(g.prompt, g.tokens, r_env[g.task.task_id]) for g in chosen]

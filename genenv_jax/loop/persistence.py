@@ -10,7 +10,7 @@ from genenv_jax.workdir.checkpoints import Checkpointer, resume
 from genenv_jax.loop.state import POLICIES, LoopState
 from genenv_jax.rl.batches import PolicyState
 from genenv_jax.workdir.pools import Pool
-from genenv_jax.configs.run_config import ConfigError, RunConfig
+from genenv_jax.configs.run_config import ConfigError, RunConfig, policy_defaults
 
 
 def save_state(checkpointer: Checkpointer, state: LoopState, pools: Mapping[str, Pool], config: RunConfig) -> None:
@@ -92,7 +92,11 @@ SAFE_TO_CHANGE = ("epochs", "allow_config_change", "log.", "checkpoint.", "mesh.
 # Keys added after runs were saved without them, with the value that keeps the old behaviour:
 # a run saved before the key existed resumes as long as the key keeps that value.
 ADDED_LATER = {"new_tasks_per_epoch": 0, "init_seed": -1, "warmstart.spell_added_tokens": False,
-               **{f"{policy}.train.pad_per_step": False for policy in ("agent", "simulator", "experience")}}
+               "simulator_feedback": "results", "simulator.train.objective": "rwr",
+               "simulator.train.invalid_reward": 0.0,
+               **{f"simulator.train.grpo.{k}": v for k, v in policy_defaults("simulator")["train"]["grpo"].items()},
+               **{f"{policy}.train.{key}": value for policy in ("agent", "simulator", "experience")
+                  for key, value in (("pad_per_step", False), ("tasks_per_epoch", 0))}}
 # Sections added later that only a mode added with them reads: absent from a saved run of another mode.
 ADDED_LATER_SECTIONS = {"experience.": "dreamgym", "dreamgym.": "dreamgym"}
 

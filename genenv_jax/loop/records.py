@@ -25,11 +25,12 @@ def d_train_records(groups: Sequence[RolloutGroup]) -> list[dict]:
             for g in groups for ep in g.episodes if ep.valid]
 
 
-def d_env_records(gens: Sequence[Generation], scores: Mapping[str, TaskScore], reward_lambda: float) -> list[dict]:
-    """The simulator's pool: every scored generated task with p_hat, R_env, band and RWR weight."""
+def d_env_records(gens: Sequence[Generation], scores: Mapping[str, TaskScore], reward_lambda: float | None) -> list[dict]:
+    """The simulator's pool: every scored generated task with p_hat, R_env, band and RWR weight
+    (None where the simulator's objective is not RWR: reward_lambda None)."""
     return [{"task": g.task.to_json(), "generation": g.text, "seed_id": g.seed.task_id, "difficulty": g.difficulty,
              "p_hat": s.p_hat, "r_env": s.r_env, "in_band": s.in_band,
-             "weight": float(rwr_weight(s.r_env, reward_lambda))}
+             "weight": None if reward_lambda is None else float(rwr_weight(s.r_env, reward_lambda))}
             for g in gens if g.task and (s := scores.get(g.task.task_id)) is not None]
 
 

@@ -33,6 +33,7 @@ class Generation:
     logprobs: np.ndarray
     text: str
     result: Task | Rejection
+    group: int = -1  # generations of one prompt share it (the simulator's GRPO group); -1: none
 
     @property
     def task(self) -> Task | None:
@@ -67,6 +68,8 @@ def simulator_request(ctx: LoopContext, seed: Task, stats: dict[str, SeedStats])
     """The simulator's prompt for one variant of `seed` and the difficulty direction it asks for:
     toward the curriculum's alpha, judged with its band k_min on the seed's recent success."""
     cur = ctx.config.curriculum
+    if ctx.config.simulator_feedback == "none":  # nothing of the agent: no results, no direction toward alpha
+        return ctx.domain.simulator_prompt(seed, None, "similar", cur.alpha), "similar"
     recent = stats[seed.task_id].recent_success if seed.task_id in stats else []
     direction = curriculum.difficulty_direction(recent, cur.alpha, cur.k_min)
     return ctx.domain.simulator_prompt(seed, recent, direction, cur.alpha), direction
@@ -80,26 +83,35 @@ class TaskGenerator:
         self.simulator = simulator
 
     def generate(self, seeds: Sequence[Task], weights, stats: dict[str, SeedStats], epoch: int,
-                 counters: Counters) -> list[Generation]:
+                 counters: Counters, groups: Sequence[int] | None = None) -> list[Generation]:
+        """One generation per entry of `seeds` (repeat a seed for several); `groups[i]` tags entry i's
+        generation (the entries of one prompt share a group), default none."""
         ctx = self.ctx
         prompts, meta = [], []
-        for seed in seeds:
+        for i, seed in enumerate(seeds):
             prompt, direction = simulator_request(ctx, seed, stats)
             ids = ctx.text.prompt(prompt)
             if len(ids) > self.simulator.settings.sampling.max_prompt_len:
                 counters["simulator_prompt_too_long"] += 1
                 continue
             prompts.append(ids)
-            meta.append((seed, direction))
+            meta.append((seed, direction, -1 if groups is None else groups[i]))
         with ctx.progress(len(prompts), f"epoch {epoch}: simulator") as bar:
             out = self.simulator.sample(weights, prompts, ctx.seed(epoch, STREAM_GENERATE), ctx.text.stop_ids, bar)
         if out.stats is not None:  # the simulator's prompts share their instructions: prefilled once
             counters["simulator/prefill_requested_tokens"] += out.stats.prefill.requested
             counters["simulator/prefill_computed_tokens"] += out.stats.prefill.computed
+            # decode: steps, rows computed (slots x steps, fewer after compaction) and tokens kept
+            counters["simulator/decode_steps"] += out.stats.decode_steps
+            counters["simulator/decode_row_steps"] += out.stats.computed_row_steps
+            counters["simulator/decode_tokens"] += out.stats.useful_tokens
+            for program in ("refill", "decode", "resize", "compact"):  # seconds, when the sampler is timed
+                if getattr(out.stats, f"{program}_s"):
+                    counters[f"time/simulator_{program}_s"] += getattr(out.stats, f"{program}_s")
         gens = []
-        for (seed, direction), prompt, toks, lps in zip(meta, prompts, out.token_lists(), out.logprob_lists()):
+        for (seed, direction, group), prompt, toks, lps in zip(meta, prompts, out.token_lists(), out.logprob_lists()):
             text = ctx.text.decode(toks)
-            gens.append(Generation(seed, direction, prompt, toks, lps, text, _parse(ctx, text, seed, direction)))
+            gens.append(Generation(seed, direction, prompt, toks, lps, text, _parse(ctx, text, seed, direction), group))
         for g in gens:
             if isinstance(g.result, Rejection):
                 counters[f"rejected/{g.result.reason}"] += 1
@@ -126,8 +138,9 @@ class GeneratedTasks:
     def tasks(self, epoch, simulator_weights, stats, counters):
         c = self.ctx.config
         seeds = choose_seeds(self.ctx, epoch, stats, c.seeds_per_epoch)
+        groups = [i for i in range(len(seeds)) for _ in range(c.variants_per_seed)]  # a seed's variants: one prompt
         seeds = [s for s in seeds for _ in range(c.variants_per_seed)]
-        return self.generator.generate(seeds, simulator_weights, stats, epoch, counters)
+        return self.generator.generate(seeds, simulator_weights, stats, epoch, counters, groups)
 
 
 class StaticTasks:
