@@ -153,7 +153,9 @@ class Domain(abc.ABC):
         The caller owns the curriculum: it picks `difficulty` (one of DIFFICULTY_DIRECTIONS, e.g.
         `rl.curriculum.difficulty_direction(recent_success, alpha, k_min)`) and passes its target
         success rate `alpha`; `recent_success` is the agent's recent success rates on this seed, for
-        the prompt to show. The domain only phrases them (`curriculum_line`).
+        the prompt to show, or None when the run shows the simulator nothing of the agent
+        (`config.simulator_feedback=none`, difficulty "similar"). The domain only phrases them
+        (`curriculum_line`).
         """
 
     @abc.abstractmethod

@@ -32,7 +32,7 @@ import re
 from typing import Any, Sequence
 
 from genenv_jax.domains.base import (SPLITS, ChatPrompt, Domain, Invalid, Rejection, ScoreResult, Task,
-                                     check_difficulty, next_sibling)
+                                     check_difficulty, curriculum_line, next_sibling)
 from genenv_jax.domains.calc.expressions import (FUNCTIONS, LEVELS, MAX_GENERATION_CHARS, NUM_LEVELS,
                                                  OPERATOR_FUNCTION, REJECTION_REASONS, Level, evaluate,
                                                  expected_call, level_of, measure, parse_expression,
@@ -40,8 +40,20 @@ from genenv_jax.domains.calc.expressions import (FUNCTIONS, LEVELS, MAX_GENERATI
 from genenv_jax.text.tokenization import parse_tool_calls, render_tool_call
 
 DOMAIN_NAME = "calc"
-PROMPT_STYLES = ("tools", "compact")
+PROMPT_STYLES = ("tools", "compact", "instruct")
 COMPACT_SYSTEM = "Call one function."
+# prompt_style="instruct": for pretrained instruct models (Qwen2.5-Instruct) that must follow the task
+# and write tasks from their prior, with no warm-start of the simulator. The agent's turn names the
+# listed functions and the call to make, with one worked example; the simulator's asks for a task in
+# the two-line format, shows the seed as an example, and states the level it should be.
+INSTRUCT_AGENT_SYSTEM = (
+    "You answer arithmetic questions by calling ONE function. Find the operation that is evaluated last in "
+    "the expression (the top of its tree: multiplication before addition and subtraction, left to right, "
+    "parentheses first), compute both of its operands to integers, and call that operation's function with "
+    "them as a and b. Example: for (3 + 4) * 5 the last operation is *, so you call mul with a = 7 and b = 5:\n"
+    "<tool_call>\n{\"name\": \"mul\", \"arguments\": {\"a\": 7, \"b\": 5}}\n</tool_call>\n"
+    "Reply with the call only.")
+INSTRUCT_SIMULATOR_SYSTEM = "You write arithmetic tasks for a calculator agent. You reply with exactly two lines."
 
 # ----------------------------------------------------------------------------------------------
 # Reading and writing tasks as text
@@ -196,6 +208,10 @@ class CalcDomain(Domain):
 
     # ------------------------------------------------------------------ agent side
     def agent_prompt(self, task: Task) -> ChatPrompt:
+        if self.prompt_style == "instruct":
+            listed = "; ".join(f"{n}(a, b): {FUNCTIONS[n]}" for n in task.prompt["functions"])
+            return ChatPrompt(messages=[{"role": "system", "content": f"{INSTRUCT_AGENT_SYSTEM}\nFunctions: {listed}"},
+                                        {"role": "user", "content": task.prompt["question"]}])
         if self.prompt_style == "compact":
             listed = ", ".join(task.prompt["functions"])
             return ChatPrompt(messages=[{"role": "system", "content": COMPACT_SYSTEM},
@@ -237,6 +253,8 @@ class CalcDomain(Domain):
         else:
             success = f"The agent's success rate is not measured yet; the target is {alpha:.0%}."
         target = {"harder": min(level + 1, NUM_LEVELS), "easier": max(level - 1, 1), "similar": level}[difficulty]
+        if self.prompt_style == "instruct":
+            return self._instruct_simulator_prompt(seed, recent_success, difficulty, alpha, level, target)
         if self.prompt_style == "compact":  # no format help (learned in warm-start); alpha acts via `difficulty`
             rate = f"{sum(recent_success) / len(recent_success):.0%}" if recent_success else "unknown"
             return ChatPrompt(messages=[{"role": "system", "content": "Write one task."},
@@ -254,6 +272,30 @@ class CalcDomain(Domain):
             "Reply with exactly two lines: 'question: <expression>' and 'functions: <names>'.",
         ])
         return ChatPrompt(messages=[{"role": "user", "content": user}])
+
+    def _instruct_simulator_prompt(self, seed: Task, recent_success: Sequence[float] | None, difficulty: str,
+                                   alpha: float, level: int, target: int) -> ChatPrompt:
+        """The "instruct" style's simulator prompt: the format, the level caps, the seed as an example,
+        what the agent did on it (unless `recent_success` is None: nothing of the agent), and the level
+        asked for."""
+        caps = "\n".join(f"level {lv.number}: at most {lv.max_ops} operation{'s' * (lv.max_ops > 1)}, numbers of at "
+                         f"most {lv.max_digits} digit{'s' * (lv.max_digits > 1)}, at most {lv.max_distractors} extra "
+                         "function" + "s" * (lv.max_distractors != 1) for lv in LEVELS)
+        lines = [
+            "Write one new arithmetic task for the agent, in this format:",
+            "question: <an expression of non-negative integers with + - * and parentheses>",
+            "functions: <the functions the expression needs (add for +, sub for -, mul for *), then any extra "
+            f"ones from {', '.join(n for n in FUNCTIONS if n not in OPERATOR_FUNCTION.values())}, comma-separated>",
+            "", "Levels:", caps, "", f"Example task, level {level}:",
+            write_generation(seed.prompt["expression"], seed.prompt["functions"]), ""]
+        if recent_success is not None:
+            lines.append(curriculum_line(recent_success, alpha, difficulty))
+        wanted = {"similar": "a different task of the same level", "harder": "a HARDER task",
+                  "easier": "an EASIER task"}[difficulty]
+        lines.append(f"Write {wanted}: level {target}. Use other numbers than the example. Reply with the two "
+                     "lines only.")
+        return ChatPrompt(messages=[{"role": "system", "content": INSTRUCT_SIMULATOR_SYSTEM},
+                                    {"role": "user", "content": "\n".join(lines)}])
 
     def parse_task(self, text: str, seed: Task, difficulty: str | None = None) -> Task | Rejection:
         """Reads the two-line task; recomputes its answer and level. A stated answer is ignored."""
