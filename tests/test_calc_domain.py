@@ -226,3 +226,26 @@ def test_fenced_generation_and_compute_prefix_are_read(domain):
     task = domain.parse_task("```\nQuestion: Compute 12 - 5.\nFunctions: sub , max\n```", seed)
     assert isinstance(task, Task) and task.prompt["expression"] == "12 - 5"
     assert task.prompt["functions"] == ["sub", "max"] and task.metadata["level"] == 2
+
+
+def test_a_stated_answer_after_equals_is_ignored_and_anything_else_after_it_is_not_an_expression():
+    read = calc.read_generation
+    assert read("question: 2 + 3 = 5\nfunctions: add")["expression"] == "2 + 3"
+    assert read("question: (4 - 1) * 2 =\nfunctions: sub, mul")["expression"] == "(4 - 1) * 2"
+    for text in ("question: 2 + 3 = x\nfunctions: add", "question: 2 = 3 + 1\nfunctions: add"):
+        with pytest.raises(calc.Invalid):
+            read(text)
+
+
+def test_the_instruct_prompts_state_the_format_the_levels_and_what_the_agent_did():
+    d = CalcDomain(prompt_style="instruct", complete_functions=True)
+    seed = [t for t in d.seeds("train") if t.category == "level_3"][0]
+    informed = d.simulator_prompt(seed, [1.0, 0.0, 1.0], "harder", 0.5).messages
+    blind = d.simulator_prompt(seed, None, "harder", 0.5).messages
+    assert informed[0]["role"] == "system" and "level 4" in informed[1]["content"].splitlines()[-1]
+    assert calc.write_generation(seed.prompt["expression"], seed.prompt["functions"]) in informed[1]["content"]
+    assert "67%" in informed[1]["content"] and "%" not in blind[1]["content"].replace("%, sqrt", "")
+    agent = d.agent_prompt(seed).messages
+    assert agent[0]["content"].startswith(calc.INSTRUCT_AGENT_SYSTEM)
+    assert agent[0]["content"].endswith("Functions: " + ", ".join(f"{n}(a, b)" for n in seed.prompt["functions"]))
+    assert agent[1] == {"role": "user", "content": seed.prompt["question"]}

@@ -17,25 +17,27 @@ from ml_collections import ConfigDict
 
 from genenv_jax.configs import base
 
-CALC = {"domain.name": "calc", "domain.options": {"prompt_style": "instruct"}}
+CALC = {"domain.name": "calc", "domain.options": {"prompt_style": "instruct", "complete_functions": True}}
 
 REAL_CPU = {
     **base.CODER_LORA,
     "epochs": 12,
-    "domain.options.per_level": {"train": 60, "validation": 10, "test": 50},
+    "domain.options.per_level": {"train": 60, "validation": 10, "test": 67},  # 402 held-out tasks
     "domain.seed_order": "interleaved",
     "seed_selection.strategy": "uniform",  # the simulator alone decides what the agent sees
     "seeds_per_epoch": 20,
     "variants_per_seed": 4,                # the simulator's GRPO group: 4 generations of one prompt
     "rollouts_per_task": 4,                # p_hat in {0, .25, .5, .75, 1}
+    "new_tasks_per_epoch": 48,             # every mode rolls out 48 new tasks (topped up from seeds)
     "curriculum.k_min": 0.25,
     "agent.train.tasks_per_epoch": 16,     # 64 GRPO rows an epoch in every mode
     "agent.train.tasks_per_step": 4, "agent.train.micro_batches": 2, "agent.train.pad_per_step": True,
     "agent.train.loss.kl_coef": 0.0,
     "simulator.train.tasks_per_step": 16, "simulator.train.micro_batches": 2, "simulator.train.pad_per_step": True,
+    "simulator.train.tasks_per_epoch": 16,  # RWR: at most 16 in-band tasks an epoch (one step)
     "agent.sampling.temperature": 1.0, "agent.sampling.max_new_tokens": 48, "agent.sampling.max_prompt_len": 512,
     "agent.sampling.batch_size": 32,
-    "simulator.sampling.temperature": 1.0, "simulator.sampling.max_new_tokens": 64,
+    "simulator.sampling.temperature": 0.8, "simulator.sampling.max_new_tokens": 64,
     "simulator.sampling.max_prompt_len": 768, "simulator.sampling.batch_size": 32,
     "agent.optimizer.learning_rate": 2e-5,
     "simulator.optimizer.learning_rate": 2e-5,

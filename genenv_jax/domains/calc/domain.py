@@ -47,13 +47,16 @@ COMPACT_SYSTEM = "Call one function."
 # listed functions and the call to make, with one worked example; the simulator's asks for a task in
 # the two-line format, shows the seed as an example, and states the level it should be.
 INSTRUCT_AGENT_SYSTEM = (
-    "You answer arithmetic questions by calling ONE function. Find the operation that is evaluated last in "
-    "the expression (the top of its tree: multiplication before addition and subtraction, left to right, "
-    "parentheses first), compute both of its operands to integers, and call that operation's function with "
-    "them as a and b. Example: for (3 + 4) * 5 the last operation is *, so you call mul with a = 7 and b = 5:\n"
+    "Answer by calling ONE function: the operation evaluated last in the expression (parentheses first, * before "
+    "+ and -, left to right), with its two operands computed to integers as a and b. Example: for (3 + 4) * 5 "
+    "call mul with a = 7 and b = 5:\n"
     "<tool_call>\n{\"name\": \"mul\", \"arguments\": {\"a\": 7, \"b\": 5}}\n</tool_call>\n"
     "Reply with the call only.")
-INSTRUCT_SIMULATOR_SYSTEM = "You write arithmetic tasks for a calculator agent. You reply with exactly two lines."
+INSTRUCT_SIMULATOR_SYSTEM = ("You write arithmetic tasks for a calculator agent. You reply with exactly two lines: "
+                             "a question line and a functions line.")
+# Format examples in the instruct simulator prompt (levels 1 and 4), beside the seed of the level asked for.
+INSTRUCT_FORMAT_EXAMPLES = ("question: 7 + 2", "functions: add", "", "question: (38 - 12) * 7",
+                            "functions: sub, mul, max, pow")
 
 # ----------------------------------------------------------------------------------------------
 # Reading and writing tasks as text
@@ -81,7 +84,8 @@ def read_generation(text: str, complete_functions: bool = False) -> dict[str, An
         raise Invalid("no_functions", "no 'functions:' line")
     question = fields["question"]
     question = question[len("Compute"):].strip() if question.lower().startswith("compute") else question
-    question = question.rstrip(".?= ").strip()
+    question = question.split("=", 1)[0] if re.fullmatch(r"[^=]*=\s*-?[0-9]*\s*\.?", question) else question
+    question = question.rstrip(".?= ").strip()  # "2 + 3 = 5" or "2 + 3 =" states an answer: ignored
     tree = parse_expression(question)
     if tree[0] == "num":
         raise Invalid("bad_expression", "the expression has no operation")
@@ -209,7 +213,7 @@ class CalcDomain(Domain):
     # ------------------------------------------------------------------ agent side
     def agent_prompt(self, task: Task) -> ChatPrompt:
         if self.prompt_style == "instruct":
-            listed = "; ".join(f"{n}(a, b): {FUNCTIONS[n]}" for n in task.prompt["functions"])
+            listed = ", ".join(f"{n}(a, b)" for n in task.prompt["functions"])  # each named for what it does
             return ChatPrompt(messages=[{"role": "system", "content": f"{INSTRUCT_AGENT_SYSTEM}\nFunctions: {listed}"},
                                         {"role": "user", "content": task.prompt["question"]}])
         if self.prompt_style == "compact":
@@ -281,18 +285,21 @@ class CalcDomain(Domain):
         caps = "\n".join(f"level {lv.number}: at most {lv.max_ops} operation{'s' * (lv.max_ops > 1)}, numbers of at "
                          f"most {lv.max_digits} digit{'s' * (lv.max_digits > 1)}, at most {lv.max_distractors} extra "
                          "function" + "s" * (lv.max_distractors != 1) for lv in LEVELS)
+        extras = ", ".join(n for n in FUNCTIONS if n not in OPERATOR_FUNCTION.values())
         lines = [
-            "Write one new arithmetic task for the agent, in this format:",
-            "question: <an expression of non-negative integers with + - * and parentheses>",
-            "functions: <the functions the expression needs (add for +, sub for -, mul for *), then any extra "
-            f"ones from {', '.join(n for n in FUNCTIONS if n not in OPERATOR_FUNCTION.values())}, comma-separated>",
-            "", "Levels:", caps, "", f"Example task, level {level}:",
-            write_generation(seed.prompt["expression"], seed.prompt["functions"]), ""]
+            "Write one new arithmetic task for the agent, in exactly this format:",
+            "question: <an expression of non-negative integers with +, -, * and parentheses only>",
+            f"functions: <comma-separated names from: {', '.join(FUNCTIONS)}>",
+            "List every function the expression needs (add for +, sub for -, mul for *), then any extra ones "
+            f"({extras}) as distractors: they are listed, never used in the question. The question has only "
+            "whole numbers, +, -, * and parentheses: no /, ^, %, sqrt, decimals, negative numbers or words.",
+            "", "Levels:", caps, "", "Examples of the format:", *INSTRUCT_FORMAT_EXAMPLES, "",
+            f"The seed task, level {level}:", write_generation(seed.prompt["expression"], seed.prompt["functions"]), ""]
         if recent_success is not None:
             lines.append(curriculum_line(recent_success, alpha, difficulty))
         wanted = {"similar": "a different task of the same level", "harder": "a HARDER task",
                   "easier": "an EASIER task"}[difficulty]
-        lines.append(f"Write {wanted}: level {target}. Use other numbers than the example. Reply with the two "
+        lines.append(f"Write {wanted}: level {target}. Use other numbers than the seed. Reply with the two "
                      "lines only.")
         return ChatPrompt(messages=[{"role": "system", "content": INSTRUCT_SIMULATOR_SYSTEM},
                                     {"role": "user", "content": "\n".join(lines)}])
