@@ -25,7 +25,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # the shared error line (stdlib only: no venv needed)
-from genenv_jax.core.errors import ArgumentParser, CommandError, command  # noqa: E402
+from genenv_jax.core.errors import ArgumentParser, CommandError, Once, check_not_empty, command  # noqa: E402
 
 PROGRAM = "slurm.py"
 # Values written into #SBATCH lines, which sbatch reads without a shell: no spaces or quotes.
@@ -35,11 +35,14 @@ JOB_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
 # sbatch's --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS; or no limit.
 TIME = re.compile(r"(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2}|UNLIMITED|INFINITE)", re.IGNORECASE)
 MAX_GPUS_PER_NODE = 64  # more than any node holds: a typo, which sbatch would only queue forever
+MAX_NODES = 10_000  # more GPU nodes than the largest clusters have (Frontier: 9,408)
 
 
 def check_values(a: argparse.Namespace) -> None:
     """Refuses values sbatch would queue forever or mis-read, and a job name that would put
     logs/<job>.sbatch outside `<repo_dir>/logs`."""
+    if a.nodes > MAX_NODES:
+        raise CommandError(f"--nodes {a.nodes}: must lie in [1, {MAX_NODES}] (more nodes than any cluster has)")
     if not 1 <= a.gpus_per_node <= MAX_GPUS_PER_NODE:
         raise CommandError(f"--gpus_per_node {a.gpus_per_node}: must lie in [1, {MAX_GPUS_PER_NODE}]")
     if not JOB_NAME.fullmatch(a.job_name):
@@ -61,6 +64,9 @@ def sbatch_script(a: argparse.Namespace, overrides: list[str]) -> str:
     for arg in overrides:
         if not arg.startswith("--"):
             raise ValueError(f"argument {arg!r} after --: expected flags for genenv_jax.main")
+        flag = arg.partition("=")[0]
+        if flag in ("--workdir", "--config"):
+            raise CommandError(f"{arg} after -- contradicts slurm.py's own {flag}; give {flag} once, before --")
     per_node = a.process_per == "node"
     tasks = 1 if per_node else a.gpus_per_node
     cpus = '"$SLURM_CPUS_ON_NODE"' if per_node else f'"$((SLURM_CPUS_ON_NODE / {tasks}))"'
@@ -105,22 +111,23 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     argv, overrides = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     parser = ArgumentParser(prog=PROGRAM, description=__doc__.split("\n\n")[0],
                                      epilog="Arguments after -- go to genenv_jax.main. See docs/tpu.md.")
-    parser.add_argument("--nodes", type=int, required=True, help="nodes in the job")
-    parser.add_argument("--gpus_per_node", type=int, default=8)
-    parser.add_argument("--process_per", choices=("node", "gpu"), default="node",
+    parser.add_argument("--nodes", action=Once, type=int, required=True, help="nodes in the job")
+    parser.add_argument("--gpus_per_node", action=Once, type=int, default=8)
+    parser.add_argument("--process_per", action=Once, choices=("node", "gpu"), default="node",
                         help="one JAX process per node (default) or per GPU")
-    parser.add_argument("--workdir", required=True, help="run directory, on a filesystem every node sees")
-    parser.add_argument("--config", default="configs/bfcl.py", help="--config of genenv_jax.main")
-    parser.add_argument("--job_name", default="genenv")
-    parser.add_argument("--time", default="48:00:00", help="wall-clock limit (D-HH:MM:SS or HH:MM:SS)")
-    parser.add_argument("--partition")
-    parser.add_argument("--account")
-    parser.add_argument("--repo_dir", default=str(REPO_ROOT), help="the repo on the cluster (default: this one)")
-    parser.add_argument("--python", default=".venv/bin/python", help="interpreter, relative to --repo_dir")
+    parser.add_argument("--workdir", action=Once, required=True, help="run directory, on a filesystem every node sees")
+    parser.add_argument("--config", action=Once, default="configs/bfcl.py", help="--config of genenv_jax.main")
+    parser.add_argument("--job_name", action=Once, default="genenv")
+    parser.add_argument("--time", action=Once, default="48:00:00", help="wall-clock limit (D-HH:MM:SS or HH:MM:SS)")
+    parser.add_argument("--partition", action=Once)
+    parser.add_argument("--account", action=Once)
+    parser.add_argument("--repo_dir", action=Once, default=str(REPO_ROOT), help="the repo on the cluster (default: this one)")
+    parser.add_argument("--python", action=Once, default=".venv/bin/python", help="interpreter, relative to --repo_dir")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="environment for the job (repeatable)")
     parser.add_argument("--dry_run", action="store_true", help="print the sbatch script and submit nothing")
     a = parser.parse_args(argv)
+    check_not_empty(a, ("workdir", "config", "job_name", "time", "partition", "account", "repo_dir", "python"))
     if a.nodes < 1 or a.gpus_per_node < 1:
         parser.error("--nodes and --gpus_per_node must be at least 1")
     if "--dry_run" in overrides:

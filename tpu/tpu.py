@@ -27,7 +27,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # the shared error line (stdlib only: no venv needed)
-from genenv_jax.core.errors import ArgumentParser, command, die  # noqa: E402
+from genenv_jax.core.errors import ArgumentParser, Once, check_not_empty, command, die  # noqa: E402
 
 PROGRAM = "tpu.py"
 # Installed with --no-deps, as the Makefile does (tests/test_tpu_scripts.py checks they agree).
@@ -48,6 +48,10 @@ RUNTIME_VERSIONS = {
     "v3": "tpu-ubuntu2204-base",
     "v2": "tpu-ubuntu2204-base",
 }
+# The largest slice of each family, in the accelerator type's own count (TensorCores for v2-v5p,
+# chips for v5litepod and v6e; cloud.google.com/tpu/docs/system-architecture-tpu-vm): a larger
+# count is a typo that gcloud would reject only after a quota check, or queue.
+MAX_SLICE = {"v2": 512, "v3": 2048, "v4": 8192, "v5p": 12288, "v5litepod": 256, "v6e": 256}
 LOCAL_ARCHIVE = "/tmp/genenv_jax-src.tar.gz"
 REMOTE_ARCHIVE = "genenv_jax-src.tar.gz"
 LOG = "logs/genenv.log"  # on each worker, under --remote_dir
@@ -79,16 +83,21 @@ def warn_if_uncommitted() -> None:
 
 
 def runtime_version(accelerator_type: str) -> str:
-    match = re.fullmatch(r"(v\d+[a-z]*)-\d+", accelerator_type)
+    match = re.fullmatch(r"(v\d+[a-z]*)-(\d+)", accelerator_type)
     if not match:
         fail(f"--accelerator_type {accelerator_type!r}: expected a type like v5p-8, v4-32 or v5litepod-16")
-    if match.group(1) not in RUNTIME_VERSIONS:
+    family, count = match.group(1), int(match.group(2))
+    if family in MAX_SLICE and not 1 <= count <= MAX_SLICE[family]:
+        fail(f"--accelerator_type {accelerator_type!r}: no {family} slice has {count} "
+             f"(the largest is {family}-{MAX_SLICE[family]})")
+    if family not in RUNTIME_VERSIONS:
         fail(f"no default runtime version for {accelerator_type!r}; pass --version")
     return RUNTIME_VERSIONS[match.group(1)]
 
 
 def create_commands(a: argparse.Namespace) -> list[list[str]]:
-    version = a.version or runtime_version(a.accelerator_type)
+    default_version = runtime_version(a.accelerator_type)  # checks the type even when --version is given
+    version = a.version or default_version
     args = [a.name, f"--zone={a.zone}", f"--accelerator-type={a.accelerator_type}", f"--version={version}"]
     if a.spot:
         args.append("--spot")
@@ -131,6 +140,9 @@ def launch_commands(a: argparse.Namespace, overrides: list[str]) -> list[list[st
         fail(f"--workdir {a.workdir!r}: expected gs://BUCKET/PATH or a path on the workers")
     main = [".venv/bin/python", "-u", "-m", "genenv_jax.main", f"--config={a.config}", f"--workdir={a.workdir}"]
     commands = []
+    if a.model_local and not a.model_gcs:
+        fail("--model_local is where --model_gcs is copied to; give --model_gcs too (or pass "
+             "-- --config.agent.model_dir=PATH for a model already on the workers)")
     if a.model_gcs:  # copied on every worker first, so that all workers then start together
         if not a.model_gcs.startswith("gs://"):
             fail(f"--model_gcs {a.model_gcs!r}: expected gs://BUCKET/PATH")
@@ -142,6 +154,11 @@ def launch_commands(a: argparse.Namespace, overrides: list[str]) -> list[list[st
     for arg in overrides:
         if not arg.startswith("--"):
             fail(f"argument {arg!r} after --: expected flags for genenv_jax.main, e.g. --config.epochs=3")
+        flag = arg.partition("=")[0]
+        if flag in ("--workdir", "--config"):
+            fail(f"{arg} after -- contradicts launch's own {flag}; give {flag} once, before --")
+        if a.model_gcs and flag == "--config.agent.model_dir":
+            fail(f"{arg} after -- would override the copy of --model_gcs {a.model_gcs}; give one of them")
     for item in a.env:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", item):
             fail(f"--env {item!r}: expected NAME=VALUE")
@@ -179,55 +196,57 @@ def delete_commands(a: argparse.Namespace) -> list[list[str]]:
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     argv, overrides = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     common = ArgumentParser(add_help=False)
-    common.add_argument("--name", required=True, help="TPU VM name")
-    common.add_argument("--zone", required=True, help="e.g. us-east5-a (v5p), us-central2-b (v4), us-west4-a (v5e)")
-    common.add_argument("--project", help="Google Cloud project (default: gcloud's configured project)")
+    common.add_argument("--name", action=Once, required=True, help="TPU VM name")
+    common.add_argument("--zone", action=Once, required=True, help="e.g. us-east5-a (v5p), us-central2-b (v4), us-west4-a (v5e)")
+    common.add_argument("--project", action=Once, help="Google Cloud project (default: gcloud's configured project)")
     common.add_argument("--dry_run", action="store_true", help="print the commands, one a line, and run nothing")
     remote = ArgumentParser(add_help=False)
-    remote.add_argument("--remote_dir", default="genenv_jax", help="the repo on each worker, relative to $HOME")
+    remote.add_argument("--remote_dir", action=Once, default="genenv_jax", help="the repo on each worker, relative to $HOME")
 
     parser = ArgumentParser(prog=PROGRAM, description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog="See docs/tpu.md.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("create", parents=[common], help="create a TPU VM or pod slice")
-    p.add_argument("--accelerator_type", required=True, help="e.g. v5p-8, v4-32, v5litepod-16, v6e-8")
-    p.add_argument("--version", help="TPU software version (default: by accelerator family, e.g. "
+    p.add_argument("--accelerator_type", action=Once, required=True, help="e.g. v5p-8, v4-32, v5litepod-16, v6e-8")
+    p.add_argument("--version", action=Once, help="TPU software version (default: by accelerator family, e.g. "
                    "v2-alpha-tpuv5 for v5p)")
     capacity = p.add_mutually_exclusive_group()
     capacity.add_argument("--spot", action="store_true", help="spot capacity: cheaper, can be preempted")
     capacity.add_argument("--reserved", action="store_true", help="use the project's reserved capacity")
 
     p = sub.add_parser("install", parents=[common, remote], help="ship the repo to every worker, make .venv")
-    p.add_argument("--repo_url", help="git clone this URL on each worker (default: copy `git archive REF` of "
+    p.add_argument("--repo_url", action=Once, help="git clone this URL on each worker (default: copy `git archive REF` of "
                    "this checkout)")
-    p.add_argument("--ref", default="HEAD", help="commit, branch or tag to install (default HEAD)")
-    p.add_argument("--jax", default="jax[tpu]", help="the jax requirement, e.g. 'jax[tpu]==0.10.2'")
-    p.add_argument("--nfs", help="SERVER:/SHARE to mount on every worker (a Filestore share), for the workdir")
-    p.add_argument("--mount_point", default="/mnt/genenv", help="where --nfs is mounted")
+    p.add_argument("--ref", action=Once, default="HEAD", help="commit, branch or tag to install (default HEAD)")
+    p.add_argument("--jax", action=Once, default="jax[tpu]", help="the jax requirement, e.g. 'jax[tpu]==0.10.2'")
+    p.add_argument("--nfs", action=Once, help="SERVER:/SHARE to mount on every worker (a Filestore share), for the workdir")
+    p.add_argument("--mount_point", action=Once, default="/mnt/genenv", help="where --nfs is mounted")
     p.add_argument("--alfworld", action="store_true", help="also install the optional ALFWorld engine "
                    "(configs/alfworld.py), as `make alfworld` does")
 
     p = sub.add_parser("launch", parents=[common, remote], help="start GenEnv on every worker (in the background)",
                        epilog="Arguments after -- go to genenv_jax.main, e.g. -- --config.epochs=10")
-    p.add_argument("--config", default="configs/bfcl.py", help="--config of genenv_jax.main")
-    p.add_argument("--workdir", required=True, help="run directory: gs://BUCKET/PATH, or a path on the workers "
+    p.add_argument("--config", action=Once, default="configs/bfcl.py", help="--config of genenv_jax.main")
+    p.add_argument("--workdir", action=Once, required=True, help="run directory: gs://BUCKET/PATH, or a path on the workers "
                    "(relative: to --remote_dir), the same shared path on every worker of a multi-host slice")
-    p.add_argument("--model_gcs", help="gs:// HF checkpoint, copied to --model_local on every worker and passed "
+    p.add_argument("--model_gcs", action=Once, help="gs:// HF checkpoint, copied to --model_local on every worker and passed "
                    "as --config.agent.model_dir")
-    p.add_argument("--model_local", help="local copy of --model_gcs (default /tmp/genenv_models/<basename>)")
+    p.add_argument("--model_local", action=Once, help="local copy of --model_gcs (default /tmp/genenv_models/<basename>)")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="environment for the job "
                    "(repeatable)")
 
     p = sub.add_parser("logs", parents=[common, remote], help="stream every worker's log, prefixed by hostname")
-    p.add_argument("--worker", default="all", help="'all' or a worker index")
-    p.add_argument("--lines", type=int, default=100, help="lines of history to show first")
+    p.add_argument("--worker", action=Once, default="all", help="'all' or a worker index")
+    p.add_argument("--lines", action=Once, type=int, default=100, help="lines of history to show first")
     p.add_argument("--no_follow", action="store_true", help="print the last --lines and exit")
 
     p = sub.add_parser("stop", parents=[common, remote], help="stop the job on every worker")
-    p.add_argument("--grace", type=int, default=60, help="seconds between SIGTERM and SIGKILL")
+    p.add_argument("--grace", action=Once, type=int, default=60, help="seconds between SIGTERM and SIGKILL")
 
     sub.add_parser("delete", parents=[common], help="delete the TPU VM (its disks go with it)")
     a = parser.parse_args(argv)
+    check_not_empty(a, ("name", "zone", "project", "remote_dir", "accelerator_type", "version", "repo_url", "ref",
+                        "jax", "nfs", "mount_point", "config", "workdir", "model_gcs", "model_local", "worker"))
     if overrides and a.command != "launch":
         parser.error("arguments after -- are only for launch")
     if "--dry_run" in overrides:

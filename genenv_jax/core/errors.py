@@ -89,6 +89,29 @@ class ArgumentParser(argparse.ArgumentParser):
         die(f"{one_line(Exception(message))} (see --help)", self.prog)
 
 
+class Once(argparse.Action):
+    """`action=Once`: an option that may be given at most once. argparse keeps the last of two
+    (`--workdir a --workdir b` runs in b); a launcher that prints commands for a remote machine
+    must not guess which one was meant."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        seen = f"_once_{self.dest}"
+        if getattr(namespace, seen, False):
+            parser.error(f"{option_string} given twice ({getattr(namespace, self.dest)!r} and {values!r}); "
+                         "give it once")
+        setattr(namespace, seen, True)
+        setattr(namespace, self.dest, values)
+
+
+def check_not_empty(namespace: argparse.Namespace, flags: Sequence[str]) -> None:
+    """Refuses a given flag whose value is empty or blank (`--zone ""` would reach gcloud, `--remote_dir ""`
+    a `cd ''` on every worker); None (not given) is left to the flag's default or `required`."""
+    for flag in flags:
+        value = getattr(namespace, flag, None)
+        if isinstance(value, str) and not value.strip():
+            raise CommandError(f"--{flag} is empty; give a value")
+
+
 def _nearest_existing(path: str) -> str:
     """`path` itself or its nearest ancestor that exists (where a new output would be created)."""
     while not os.path.lexists(path):
