@@ -12,6 +12,8 @@ import dataclasses
 import logging
 import math
 import os
+import socket
+import time
 from typing import Any, Iterator, Sequence
 
 import flax.linen as nn
@@ -148,20 +150,104 @@ def _environment_is_multihost() -> bool:
                 or int(env.get("SLURM_JOB_NUM_NODES", "1") or 1) > 1)
 
 
+DEFAULT_COORDINATOR_TIMEOUT_S = 60.0  # JAX's own default waits 300 s, silently
+
+
+class DistributedSetupError(ValueError):
+    """Multi-process flags that contradict each other, or a coordinator that cannot be reached in
+    time; the message is one line naming the flag or the address."""
+
+
+def check_distributed_flags(coordinator_address: str | None, num_processes: int | None, process_id: int | None,
+                            timeout_s: float = DEFAULT_COORDINATOR_TIMEOUT_S) -> None:
+    """Refuses, before any work, multi-process flags that cannot describe a job: `--num_processes`
+    or `--process_id` without `--coordinator_address` (JAX would silently run one process), an
+    address that is not HOST:PORT, a process id outside [0, num_processes), a timeout that is not a
+    finite number > 0. On a cluster JAX detects (TPU pod, SLURM) the flags may be left out."""
+    if not 0 < timeout_s < math.inf:
+        raise DistributedSetupError(f"--coordinator_timeout_s={timeout_s}: must be a finite number > 0")
+    if num_processes is not None and num_processes < 1:
+        raise DistributedSetupError(f"--num_processes={num_processes}: must be >= 1")
+    if coordinator_address is None:
+        if (num_processes or 1) > 1 and not _environment_is_multihost():
+            raise DistributedSetupError(f"--num_processes={num_processes} needs --coordinator_address=HOST:PORT "
+                                        "(process 0's address); without it JAX runs one process")
+        if process_id not in (None, 0) and not _environment_is_multihost():
+            raise DistributedSetupError(f"--process_id={process_id} needs --coordinator_address=HOST:PORT and "
+                                        "--num_processes")
+        return
+    _host_and_port(coordinator_address)
+    if (num_processes is None or process_id is None) and not _environment_is_multihost():
+        raise DistributedSetupError(f"--coordinator_address={coordinator_address} needs --num_processes and "
+                                    "--process_id (JAX cannot detect them outside a TPU pod or SLURM job)")
+    if num_processes is not None and process_id is not None and not 0 <= process_id < num_processes:
+        raise DistributedSetupError(f"--process_id={process_id}: must lie in [0, {num_processes}) "
+                                    f"(--num_processes={num_processes})")
+
+
+def _host_and_port(address: str) -> tuple[str, int]:
+    """HOST:PORT (or [IPv6]:PORT) split; anything else is refused naming the flag."""
+    host, sep, port = address.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise DistributedSetupError(f"--coordinator_address={address}: expected HOST:PORT (e.g. 10.0.0.2:8476)")
+    return host, int(port)
+
+
+def wait_for_coordinator(address: str, process_id: int | None, timeout_s: float) -> None:
+    """Before `jax.distributed.initialize`, which aborts the whole process with a C++ stack dump
+    when it cannot connect: process 0 checks that it can serve on the port (the host resolves, the
+    port is free); every other process retries a TCP connection to process 0 until `timeout_s`
+    passes. Either failure is one line naming the address."""
+    host, port = _host_and_port(address)
+    try:
+        socket.getaddrinfo(host, port)
+    except OSError as err:
+        raise DistributedSetupError(f"--coordinator_address={address}: cannot resolve {host} ({err})") from None
+    if process_id == 0:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("", port))
+            except OSError as err:
+                raise DistributedSetupError(f"--coordinator_address={address}: process 0 cannot serve on port "
+                                            f"{port} ({(err.strerror or str(err)).lower()})") from None
+        return
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=max(0.1, min(5.0, deadline - time.monotonic()))).close()
+            return
+        except OSError as err:
+            if time.monotonic() >= deadline:
+                raise DistributedSetupError(
+                    f"--coordinator_address={address}: no coordinator reachable within {timeout_s:g} s "
+                    f"({(err.strerror or str(err)).lower()}); is process 0 running there? (--coordinator_timeout_s "
+                    "waits longer)"
+                ) from None
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+
+
 def initialize_distributed(coordinator_address: str | None = None, num_processes: int | None = None,
-                           process_id: int | None = None) -> None:
+                           process_id: int | None = None,
+                           timeout_s: float = DEFAULT_COORDINATOR_TIMEOUT_S) -> None:
     """Calls `jax.distributed.initialize` for a multi-host run; a no-op on one host.
 
     With no arguments it initialises when the environment describes a multi-host job (TPU pod
-    VMs, SLURM, or JAX_COORDINATOR_ADDRESS), letting JAX auto-detect the rest.
+    VMs, SLURM, or JAX_COORDINATOR_ADDRESS), letting JAX auto-detect the rest. The flags are
+    checked first (`check_distributed_flags`), the coordinator reached (`wait_for_coordinator`),
+    and JAX waits at most `timeout_s` for every process to join.
     """
     global _initialized
     if _initialized:
         return
+    check_distributed_flags(coordinator_address, num_processes, process_id, timeout_s)
     if coordinator_address is None and not _environment_is_multihost():
         return
+    if coordinator_address is not None:
+        wait_for_coordinator(coordinator_address, process_id, timeout_s)
     jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
-                               process_id=process_id)
+                               process_id=process_id, initialization_timeout=max(1, math.ceil(timeout_s)))
     _initialized = True
     logging.info("jax.distributed: process %d of %d, %d local / %d global devices", jax.process_index(),
                  jax.process_count(), jax.local_device_count(), jax.device_count())
