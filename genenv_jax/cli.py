@@ -18,10 +18,10 @@ from ml_collections import config_flags
 
 from genenv_jax.core import absl_flags
 from genenv_jax.core.absl_flags import parse_flags
-from genenv_jax.core.errors import (CommandError, check_output_path, command, die, error_text, is_storage_error,
+from genenv_jax.core.errors import (CommandError, check_output_outside, check_output_path, command, die, error_text, is_storage_error,
                                     one_line)
 
-__all__ = ["CommandError", "check_output_path", "command", "command_line_parser", "config_flag", "die", "error_text", "is_storage_error",
+__all__ = ["CommandError", "check_output_outside", "check_output_path", "command", "command_line_parser", "config_flag", "die", "error_text", "is_storage_error",
            "no_empty_directory_left", "one_line", "resolve_config_argument", "run", "workdir_flag"]
 
 _DEFINED: dict[str, flags.FlagHolder] = {}
@@ -43,10 +43,25 @@ def workdir_flag(help_text: str) -> flags.FlagHolder:
     return _DEFINED["workdir"]
 
 
+def _joined_config_argument(argv: Sequence[str]) -> list[str]:
+    """`--config VALUE` (two arguments, which absl accepts) as `--config=VALUE`, so the packaged
+    name is resolved and the `--config.x=` overrides that follow apply to it."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] in ("--config", "-config") and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            out.append(f"--config={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 def resolve_config_argument(argv: Sequence[str]) -> list[str]:
-    """Rewrites `--config=NAME[:preset]` to the packaged config's file when NAME is not a file path."""
+    """Rewrites `--config=NAME[:preset]` (or `--config NAME[:preset]`) to the packaged config's file
+    when NAME is not a file path."""
     out = []
-    for arg in argv:
+    for arg in _joined_config_argument(argv):
         if arg.startswith("--config="):
             value = arg[len("--config="):]
             name, sep, preset = value.partition(":")
@@ -102,11 +117,13 @@ def explain_config_error(error: BaseException, path: str | None) -> str | None:
         return None
     if isinstance(error, AttributeError) and path is not None and getattr(error, "name", None) == "get_config":
         return f"--config {path}: defines no get_config() function"
+    where = _config_frame(error, path) if path is not None else None
+    if where is not None:  # raised by the config file's own code (a KeyError in get_config included)
+        return f"cannot load the config: {where}: {type(error).__name__}: {one_line(error)}"
     if isinstance(error, (AttributeError, KeyError)):  # ml_collections: an override names a key the config lacks
         return (f"unknown config key {text.strip(chr(34) + chr(39))!r} in an override (run with --config=... "
                 "only to see the valid keys in the config file)")
-    where = _config_frame(error, path) if path is not None else None
-    return None if where is None else f"cannot load the config: {where}: {type(error).__name__}: {one_line(error)}"
+    return None
 
 
 def _check_loaded_config(argv: Sequence[str], program: str) -> None:

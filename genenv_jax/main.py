@@ -22,6 +22,9 @@ _COORDINATOR = flags.DEFINE_string("coordinator_address", None,
                                    "(with --num_processes and --process_id). TPU pods and SLURM need none of these.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "With --coordinator_address: how many processes.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "With --coordinator_address: this process's index.")
+_COORDINATOR_TIMEOUT = flags.DEFINE_float("coordinator_timeout_s", 60.0,
+                                          "With --coordinator_address: seconds to wait for the coordinator and every "
+                                          "process to join before failing with one line naming the address.")
 
 
 PROGRAM = "genenv_jax"
@@ -33,6 +36,9 @@ def main(argv):
         die(f"unexpected arguments: {argv[1:]} (flags are --name=value; see --help)", PROGRAM)
     if _WORKDIR.value is not None:  # before any work: an occupied or unwritable workdir
         cli.check_output_path(_WORKDIR.value, "--workdir", directory=True)
+    from genenv_jax.parallel import check_distributed_flags
+
+    check_distributed_flags(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value, _COORDINATOR_TIMEOUT.value)
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # Orbax / JAX info logs drown the progress bars; -v 0 shows them
     import jax
@@ -44,15 +50,17 @@ def main(argv):
     from genenv_jax.configs.run_config import ConfigError, RunConfig
     from genenv_jax.workdir.lock import WorkdirLockedError
 
-    initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+    initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value, _COORDINATOR_TIMEOUT.value)
     try:
         config = RunConfig.from_config_dict(_CONFIG.value, num_devices=jax.device_count())
+        config.check_domain_registered()
         workdir = _WORKDIR.value or config.default_workdir()
+        cli.check_output_outside(workdir, "--workdir", config.input_paths())  # never into a model or data dir
         with cli.no_empty_directory_left(workdir):
             rows = CoEvolution(config, workdir).run()
     except NonFiniteLossError as e:
         die(f"{e}. The last checkpoint is intact; lower the learning rate and rerun the same command to resume.")
-    except (ConfigError, CheckpointError, WorkdirLockedError) as e:
+    except (ConfigError, CheckpointError, WorkdirLockedError, cli.CommandError) as e:
         die(one_line(e))
     except ImportError as e:  # a domain's optional extra is not installed (e.g. ALFWorld's engine)
         die(one_line(e))

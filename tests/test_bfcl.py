@@ -88,7 +88,7 @@ def test_stats_cli(capsys):
 
 def test_get_domain_and_unknown_names():
     assert isinstance(get_domain("bfcl", categories=("irrelevance",)), BFCLDomain)
-    with pytest.raises(KeyError, match="unknown domain"):
+    with pytest.raises(ValueError, match="unknown domain"):
         get_domain("nope")
     with pytest.raises(ValueError, match="unknown BFCL categories"):
         BFCLDomain(categories=("simple_java",))

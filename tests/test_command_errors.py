@@ -176,7 +176,7 @@ CASES = [
      "no such file"),
     ("travelplanner-details-is-plans", "travelplanner",
      ["--data_dir", str(TP_EVAL), "--plans", "{t}/plans.jsonl", "--details", "{t}/plans.jsonl"],
-     {"plans.jsonl": (TP_EVAL / "plans.jsonl").read_text()}, "is an input file"),
+     {"plans.jsonl": (TP_EVAL / "plans.jsonl").read_text()}, "is also an input"),
     ("travelplanner-details-is-dir", "travelplanner",
      ["--data_dir", str(TP_EVAL), "--plans", str(TP_EVAL / "plans.jsonl"), "--details", "{t}/adir"],
      {"adir": DIR}, "is a directory"),

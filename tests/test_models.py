@@ -187,8 +187,8 @@ def test_config_errors_are_clear(tmp_path):
     hf = PRESETS["micro"].to_hf_dict()
     del hf["num_hidden_layers"]
     (tmp_path / "config.json").write_text(json.dumps(hf))
-    with pytest.raises(KeyError, match="num_hidden_layers"):
-        ModelConfig.from_hf(tmp_path)
+    with pytest.raises(ValueError, match=r"config\.json: missing required key 'num_hidden_layers'"):
+        ModelConfig.from_hf(tmp_path)  # a ValueError (one line at the commands), not a KeyError
     with pytest.raises(ValueError, match="multiple of num_kv_heads"):
         PRESETS["micro"].replace(num_heads=5)
     with pytest.raises(KeyError, match="unknown model preset"):

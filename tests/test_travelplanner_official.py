@@ -192,7 +192,7 @@ def test_cli_refuses_to_overwrite_its_input_and_prints_both(capsys, tmp_path):
     before = plans.read_text()
     assert cli.main(["--data_dir", str(EVAL), "--plans", str(plans), "--queries", str(EVAL / "queries.csv"),
                      "--details", str(plans)]) == 2
-    assert "is an input file" in capsys.readouterr().err and plans.read_text() == before
+    assert "is also an input" in capsys.readouterr().err and plans.read_text() == before
     assert cli.main(["--data_dir", str(EVAL), "--plans", str(plans), "--queries", str(EVAL / "queries.csv"),
                      "--scoring", "both", "--json"]) == 0
     tables = json.loads(capsys.readouterr().out)

@@ -56,7 +56,7 @@ def _rollouts(value: int) -> str | None:
 class RunConfig:
     """Everything a run reads, validated. `snapshot` is the JSON of the ConfigDict it came from."""
 
-    seed: int = setting(0, "the run's seed (sampling, data order)")
+    seed: int = setting(0, "the run's seed (sampling, data order)", minimum=0)
     init_seed: int = setting(-1, "seed of the initial weights and the warm-start; -1: `seed` (runs that share it "
                                  "start from the same model and differ only in what the loop samples)", minimum=-1)
     mode: str = setting("genenv", "genenv | random (simulator never updated) | static (variants generated once) | "
@@ -107,6 +107,28 @@ class RunConfig:
 
     def default_workdir(self) -> str:
         return f"runs/{self.domain.name}-{self.preset_name}"
+
+    def check_domain_registered(self) -> None:
+        """Refuses a `domain.name` that is not a registered domain, before any work (the commands call
+        this; code that builds a run around its own domain object, as the tests' toy domain, does not)."""
+        from genenv_jax.domains import DOMAINS
+
+        if self.domain.name not in DOMAINS:
+            raise failure("domain.name", self.domain.name, f"not a registered domain ({', '.join(sorted(DOMAINS))})")
+
+    def input_paths(self) -> dict[str, str]:
+        """The paths the run reads, by config key: each policy's model source (resolved), the
+        tokenizer, and the domain's path options (`*_dir`, `*_path`, `*_file`). The workdir must
+        not equal or lie inside one of them (`core.errors.check_output_outside`): a run writes
+        dozens of files into its workdir and rotates its checkpoints there."""
+        paths = {f"config.{p.name}.model_dir": p.model_dir for p in (self.agent, self.simulator, self.experience)
+                 if p.model_dir}
+        if self.tokenizer_dir:
+            paths["config.tokenizer_dir"] = self.tokenizer_dir
+        for key, value in self.domain.options.items():
+            if isinstance(value, str) and value and key.endswith(("_dir", "_path", "_file")):
+                paths[f"config.domain.options.{key}"] = value
+        return paths
 
     def shares_lora_base(self) -> bool:
         """Whether the agent and the simulator adapt one frozen base: both train LoRA adapters, start

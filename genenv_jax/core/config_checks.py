@@ -107,6 +107,18 @@ def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
         raise ValueError(f"{name} {value!r} not in {tuple(choices)}")
 
 
+def name_list(value: Any, key: str) -> tuple[str, ...]:
+    """A list-valued option (categories, levels, task types) as a tuple of names: a list or tuple of
+    strings as given, a string as its comma-separated parts ("simple_python" -> ("simple_python",),
+    "a,b" -> ("a", "b")): never split into characters, as iterating a string would. Anything else
+    is a ValueError naming `key`."""
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ValueError(f"{key}={value!r}: expected a list of names or a comma-separated string")
+
+
 def to_dict(config: Any) -> dict[str, Any]:
     """A ConfigDict (or nested mapping) as plain nested dicts."""
     if hasattr(config, "to_dict"):

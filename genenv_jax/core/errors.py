@@ -18,7 +18,7 @@ import errno
 import functools
 import os
 import sys
-from typing import Callable, NoReturn, Sequence
+from typing import Callable, Mapping, NoReturn, Sequence
 
 
 class CommandError(ValueError):
@@ -122,18 +122,42 @@ def _nearest_existing(path: str) -> str:
     return path
 
 
-def check_output_path(path: str | os.PathLike, flag: str, *, directory: bool,
-                      inputs: Sequence[str | os.PathLike | None] = ()) -> None:
-    """Refuses, before any work, an output path (a local one; `gs://` ones are the storage's to check)
-    that is also one of `inputs`, is taken by the wrong kind of entry (a file where a directory goes
-    or the reverse), or lies under a file or a directory that cannot be written: a failure found
-    only after the work would lose it."""
+def check_output_outside(path: str | os.PathLike, flag: str,
+                         inputs: Mapping[str, str | os.PathLike | None]) -> None:
+    """Refuses, before any work, an output path that equals or lies inside one of `inputs` ({label:
+    path}; None: not given): writing there would replace an input's files (a `--details` file
+    inside the benchmark's database) or be deleted with it (an `--out` inside a run's checkpoints,
+    which rotation removes). Paths are compared resolved, so a symlink or `..` does not hide an
+    input; `gs://` paths are compared as text."""
     text = os.fspath(path)
+    real = _resolved(text)
+    for label, given in inputs.items():
+        if given is None or os.fspath(given) == "":
+            continue
+        source = _resolved(os.fspath(given))
+        if real == source:
+            raise CommandError(f"{flag} {text} is also an input ({label} {os.fspath(given)}); give another path")
+        if real.startswith(source.rstrip("/") + "/"):
+            raise CommandError(f"{flag} {text} lies inside an input ({label} {os.fspath(given)}); "
+                               "give a path outside it")
+
+
+def _resolved(path: str) -> str:
+    """A local path resolved through symlinks and `..`; a URL (`gs://...`) with its trailing slash dropped."""
+    return path.rstrip("/") if "://" in path else os.path.realpath(path)
+
+
+def check_output_path(path: str | os.PathLike, flag: str, *, directory: bool,
+                      inputs: Mapping[str, str | os.PathLike | None] | None = None) -> None:
+    """Refuses, before any work, an output path that equals or lies inside one of `inputs` ({label:
+    path}, `check_output_outside`) or (a local one; `gs://` ones are the storage's to check) is taken
+    by the wrong kind of entry (a file where a directory goes or the reverse), or lies under a file
+    or a directory that cannot be written: a failure found only after the work would lose it."""
+    text = os.fspath(path)
+    check_output_outside(text, flag, inputs or {})
     if "://" in text:
         return
     real = os.path.realpath(text)
-    if any(i is not None and os.path.realpath(os.fspath(i)) == real for i in inputs):
-        raise CommandError(f"{flag} {text} is also an input; give another path")
     if os.path.isdir(real) != directory and os.path.exists(real):
         raise CommandError(f"{flag} {text}: " + ("exists and is not a directory" if directory
                                                  else "is a directory, expected a file path"))

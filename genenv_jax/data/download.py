@@ -305,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also fetch the retrieval corpus (bamboogle: wiki-18, 5.1 GB gzip)")
     parser.add_argument("--manifest", default=None, help="use this manifest file instead of the packaged one")
     args = parser.parse_args(argv)
-    check_output_path(args.dest, "--dest", directory=True)
+    check_output_path(args.dest, "--dest", directory=True,
+                      inputs={"--manifest": args.manifest, "--find_links": args.find_links})
     if args.name in model_download.MODELS:
         return _download_model(model_download, args)
     manifest = load_manifest(args.manifest or manifest_path(args.name))

@@ -25,9 +25,10 @@ DOMAINS = {"alfworld": "genenv_jax.domains.alfworld:ALFWorldDomain",
 
 
 def get_domain(name: str, **kwargs: Any) -> Domain:
-    """Builds a registered domain by name (kwargs go to its constructor)."""
+    """Builds a registered domain by name (kwargs go to its constructor); an unknown name is a
+    ValueError (a bad value from a user's config or flag, reported in one line)."""
     if name not in DOMAINS:
-        raise KeyError(f"unknown domain {name!r}; available: {sorted(DOMAINS)}")
+        raise ValueError(f"unknown domain {name!r}; available: {sorted(DOMAINS)}")
     return build_domain(DOMAINS[name], kwargs)
 
 

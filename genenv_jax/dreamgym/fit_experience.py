@@ -63,7 +63,7 @@ def define_flags() -> None:
     flags.DEFINE_integer("max_prompt_len", 768, "Prompt token cap (demos, then history dropped to fit).")
     flags.DEFINE_integer("max_new_tokens", 192, "Reply token cap.")
     flags.DEFINE_integer("max_heldout", 200, "Held-out transitions scored (a seeded sample).")
-    flags.DEFINE_integer("seed", 0, "Seed of the collection, the init and the SFT order.")
+    flags.DEFINE_integer("seed", 0, "Seed of the collection, the init and the SFT order.", lower_bound=0)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from typing import Any, Mapping, Sequence
 
@@ -19,7 +20,8 @@ from genenv_jax.workdir import storage
 from genenv_jax.text.chat_text import ChatText
 from genenv_jax.evaluation.evaluate import (evaluate_params, format_markdown, load_run_agent, select_tasks,
                                             write_report)
-from genenv_jax.parallel import initialize_distributed, is_writer
+from genenv_jax.parallel import (DEFAULT_COORDINATOR_TIMEOUT_S, check_distributed_flags, initialize_distributed,
+                                 is_writer)
 
 PROGRAM = "python -m genenv_jax.evaluation"
 SPLITS = ("train", "validation", "test", "all")
@@ -55,6 +57,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="multi-process runs JAX cannot detect: process 0's host:port (with the next two)")
     p.add_argument("--num_processes", type=int, default=None)
     p.add_argument("--process_id", type=int, default=None)
+    p.add_argument("--coordinator_timeout_s", type=float, default=DEFAULT_COORDINATOR_TIMEOUT_S,
+                   help="seconds to wait for the coordinator and every process before failing in one line")
     return p.parse_args(argv)
 
 
@@ -93,10 +97,11 @@ def check_arguments(args: argparse.Namespace) -> None:
     from genenv_jax.domains import DOMAINS
     from genenv_jax.models import PRESETS
 
+    check_distributed_flags(args.coordinator_address, args.num_processes, args.process_id, args.coordinator_timeout_s)
     if args.adapter_dir and not args.model_dir:
         raise CommandError("--adapter_dir needs --model_dir (the base the adapters apply to)")
     for flag, low in (("max_new_tokens", 1), ("max_turns", 1), ("batch_size", 1), ("max_per_category", 1),
-                      ("max_prompt_tokens", 1), ("epoch", 0)):
+                      ("max_prompt_tokens", 1), ("epoch", 0), ("seed", 0), ("sample_seed", 0)):
         check_at_least(getattr(args, flag), f"--{flag}", low)
     if args.preset and args.preset not in PRESETS:
         raise CommandError(f"--preset {args.preset!r}: not a model preset ({', '.join(sorted(PRESETS))})")
@@ -104,8 +109,15 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise CommandError(f"--domain {args.domain!r}: not a registered domain ({', '.join(sorted(DOMAINS))})")
     if args.run_dir and not storage.exists(storage.as_path(args.run_dir) / "checkpoints"):
         raise CommandError(f"--run_dir {args.run_dir}: no checkpoints/ in it (a GenEnv run's workdir)")
-    check_output_path(args.out, "--out", directory=True,
-                      inputs=(args.run_dir, args.model_dir, args.adapter_dir, args.tokenizer_dir))
+    inputs = {"--model_dir": args.model_dir, "--adapter_dir": args.adapter_dir, "--tokenizer_dir": args.tokenizer_dir,
+              **{f"--domain_option {key}": value for key, value in domain_options(args.domain_option).items()
+                 if isinstance(value, str) and value and key.endswith(("_dir", "_path", "_file"))}}
+    if args.run_dir:  # beside the checkpoints is fine (RUN/eval); inside them, their rotation deletes it
+        if os.path.realpath(storage.absolute(args.out)) == os.path.realpath(storage.absolute(args.run_dir)):
+            raise CommandError(f"--out {args.out} is --run_dir itself; give a directory of its own "
+                               f"(e.g. {args.run_dir.rstrip('/')}/eval)")
+        inputs["--run_dir's checkpoints"] = str(storage.as_path(args.run_dir) / "checkpoints")
+    check_output_path(args.out, "--out", directory=True, inputs=inputs)
 
 
 def build_domain(name: str, pairs: Sequence[str], defaults: Mapping[str, Any] | None):
@@ -131,12 +143,17 @@ def run_agent(run_dir: str, epoch: int | None):
 
 def _run_domain(run_dir: str, epoch: int | None) -> tuple[str, dict[str, Any]]:
     """The domain name and options a run was trained with (from its checkpoint's config snapshot)."""
-    from genenv_jax.workdir.checkpoints import Checkpointer
+    from genenv_jax.workdir.checkpoints import CheckpointError, Checkpointer
 
     ckpt = Checkpointer(storage.as_path(run_dir) / "checkpoints", async_save=False)
     try:
+        if epoch is not None and epoch not in ckpt.all_epochs():  # before any model is built
+            raise CommandError(f"--epoch={epoch}: {run_dir} has no checkpoint of that epoch "
+                               f"(it has {ckpt.all_epochs() or 'none'})")
         epoch = ckpt.latest_epoch() if epoch is None else epoch
         domain = ckpt.metadata(epoch)["config"].get("domain", {}) if epoch is not None else {}
+    except CheckpointError as err:
+        raise CommandError(f"--run_dir {run_dir}: {err}") from None
     finally:
         ckpt.close()
     return domain.get("name", "bfcl"), dict(domain.get("options") or {})
@@ -187,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     expected failure is one line and exit status 2 (`core.errors.command`)."""
     args = _parse_args(argv)
     check_arguments(args)
-    initialize_distributed(args.coordinator_address, args.num_processes, args.process_id)
+    initialize_distributed(args.coordinator_address, args.num_processes, args.process_id, args.coordinator_timeout_s)
     t0 = time.time()
     domain, tasks = evaluated_tasks(args)
     cfg, params, source, tok_dir = evaluated_model(args)

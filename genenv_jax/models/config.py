@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
+import re
 from typing import Any
 
 import jax.numpy as jnp
@@ -52,6 +54,12 @@ def dtype_name(dtype: Any) -> str:
     return name
 
 
+_REQUIRED = object()  # from_hf_dict: a key without a default
+# ModelConfig's field names -> HF config.json's, for messages about a config.json
+_HF_NAMES = {"num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+             "num_kv_heads": "num_key_value_heads"}
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """Shape and numerics of a Qwen2 decoder. Frozen and hashable, so it can be a static jit arg.
@@ -87,6 +95,13 @@ class ModelConfig:
                      "num_kv_heads", "head_dim"):
             if int(getattr(self, name)) <= 0:
                 raise ValueError(f"ModelConfig.{name} must be positive, got {getattr(self, name)}")
+        for name, low, high in (("rope_theta", 0.0, math.inf), ("rms_norm_eps", 0.0, 1.0), ("lora_scale", 0.0, math.inf)):
+            value = getattr(self, name)  # NaN passes every comparison below, so finiteness is asked first
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or not low < value < high:
+                raise ValueError(f"ModelConfig.{name}={value!r}: must be a finite number in ({low}, {high})")
+        if int(self.max_position_embeddings) <= 0:
+            raise ValueError(f"ModelConfig.max_position_embeddings must be positive, got {self.max_position_embeddings}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"ModelConfig.num_heads ({self.num_heads}) must be a multiple of "
@@ -121,11 +136,28 @@ class ModelConfig:
     # ----- HF config.json -----
     @classmethod
     def from_hf_dict(cls, hf: dict[str, Any], source: str = "config.json", **overrides: Any) -> "ModelConfig":
-        """Builds a config from a HF Qwen2 config dict (transformers 4 or 5 layout)."""
-        def need(key):
-            if key not in hf:
-                raise KeyError(f"{source}: missing required key {key!r}")
-            return hf[key]
+        """Builds a config from a HF Qwen2 config dict (transformers 4 or 5 layout). Every value is
+        checked where it enters: a missing required key, a value of the wrong type (a string, a
+        bool where a number goes), a non-finite or out-of-range float (`rms_norm_eps: NaN` made the
+        model emit one token forever) is a ValueError naming `source` and the key."""
+        if not isinstance(hf, dict):
+            raise ValueError(f"{source}: must hold a JSON object, not {type(hf).__name__}")
+
+        def get(key: str, kind: type, default: Any = _REQUIRED, section: dict | None = None) -> Any:
+            raw = (hf if section is None else section).get(key, default)
+            if raw is _REQUIRED:
+                raise ValueError(f"{source}: missing required key {key!r}")
+            if raw is None and default is None:
+                return None
+            if kind is bool:
+                if not isinstance(raw, bool):
+                    raise ValueError(f"{source}: {key}={raw!r}: must be true or false")
+                return raw
+            if isinstance(raw, bool) or not isinstance(raw, (int, float)) or (kind is int and raw != int(raw)):
+                raise ValueError(f"{source}: {key}={raw!r}: must be {'an integer' if kind is int else 'a number'}")
+            if not math.isfinite(raw):
+                raise ValueError(f"{source}: {key}={raw!r}: must be a finite number")
+            return kind(raw)
 
         model_type = hf.get("model_type", "qwen2")
         if model_type != "qwen2":
@@ -136,31 +168,37 @@ class ModelConfig:
         # transformers 5 moved rope_theta under rope_parameters; Qwen2.5's own files keep it on top.
         rope = hf.get("rope_parameters") or {}
         scaling = hf.get("rope_scaling") or {}
+        if not isinstance(rope, dict) or not isinstance(scaling, dict):
+            raise ValueError(f"{source}: rope_parameters and rope_scaling must be JSON objects")
         rope_type = rope.get("rope_type", scaling.get("rope_type", scaling.get("type", "default")))
         if rope_type not in ("default", None):
             raise ValueError(f"{source}: rope_type {rope_type!r} is not supported (only 'default')")
-        rope_theta = rope.get("rope_theta", hf.get("rope_theta", 10000.0))
-        hidden, heads = need("hidden_size"), need("num_attention_heads")
+        rope_theta = get("rope_theta", float, get("rope_theta", float, 10000.0), section=rope)
+        hidden, heads = get("hidden_size", int), get("num_attention_heads", int)
         eos = hf.get("eos_token_id")
         if isinstance(eos, list):
             eos = eos[0] if eos else None
         kwargs = dict(
-            vocab_size=need("vocab_size"),
+            vocab_size=get("vocab_size", int),
             hidden_size=hidden,
-            intermediate_size=need("intermediate_size"),
-            num_layers=need("num_hidden_layers"),
+            intermediate_size=get("intermediate_size", int),
+            num_layers=get("num_hidden_layers", int),
             num_heads=heads,
-            num_kv_heads=hf.get("num_key_value_heads") or heads,
-            head_dim=hf.get("head_dim") or hidden // heads,
-            rope_theta=float(rope_theta),
-            rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-            tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
-            max_position_embeddings=int(hf.get("max_position_embeddings", 32768)),
-            bos_token_id=hf.get("bos_token_id"),
-            eos_token_id=eos,
+            num_kv_heads=get("num_key_value_heads", int, None) or heads,
+            head_dim=get("head_dim", int, None) or (hidden // heads if heads > 0 else 0),
+            rope_theta=rope_theta,
+            rms_norm_eps=get("rms_norm_eps", float, 1e-6),
+            tie_word_embeddings=get("tie_word_embeddings", bool, False),
+            max_position_embeddings=get("max_position_embeddings", int, 32768),
+            bos_token_id=get("bos_token_id", int, None),
+            eos_token_id=get("eos_token_id", int, None, section={"eos_token_id": eos}),
         )
         kwargs.update(overrides)
-        return cls(**kwargs)
+        try:
+            return cls(**kwargs)
+        except ValueError as e:  # a value out of range: the file and the key, in HF's names
+            text = re.sub(r"ModelConfig\.(\w+)", lambda m: _HF_NAMES.get(m.group(1), m.group(1)), str(e))
+            raise ValueError(f"{source}: {text}") from None
 
     @classmethod
     def from_hf(cls, model_dir: str | os.PathLike, **overrides: Any) -> "ModelConfig":
@@ -168,11 +206,13 @@ class ModelConfig:
         path = os.path.join(os.fspath(model_dir), "config.json")
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path}: no config.json in model directory")
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             try:
                 hf = json.load(f)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}: invalid JSON at line {e.lineno}: {e.msg}") from None
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
         return cls.from_hf_dict(hf, source=path, **overrides)
 
     def to_hf_dict(self, torch_dtype: str | None = None) -> dict[str, Any]:

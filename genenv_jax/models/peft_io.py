@@ -73,6 +73,35 @@ def save_peft_adapters(directory: str | os.PathLike, cfg: ModelConfig, adapters:
     return directory
 
 
+def _number(config: dict, key: str, kind: type, path: Path, default: Any = None) -> Any:
+    """`config[key]` as an int or a finite float (a missing key without `default`, a string, a bool,
+    NaN or a fractional rank: a ValueError naming the file and the key, not a KeyError)."""
+    raw = config.get(key)
+    raw = default if raw is None else raw
+    if raw is None:
+        raise ValueError(f"{path}: missing required key {key!r}")
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not np.isfinite(raw) \
+            or (kind is int and raw != int(raw)):
+        raise ValueError(f"{path}: {key}={raw!r}: must be {'an integer' if kind is int else 'a finite number'}")
+    return kind(raw)
+
+
+def _targets(modules: Any, path: Path) -> tuple[str, ...]:
+    """Our targets for PEFT's `target_modules`: a list of projection names, or "all-linear" (every
+    projection; PEFT leaves out only the output head, which has no adapter here). Another string
+    is a regular expression in PEFT, which is not read here: refused, never split into characters."""
+    by_module = {m.split(".")[1]: t for t, m in _MODULE.items()}
+    if modules == "all-linear":
+        return TARGETS
+    if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
+        raise ValueError(f"{path}: target_modules={modules!r}: expected a list of projection names "
+                         f"{sorted(by_module)} or \"all-linear\"")
+    unknown = [m for m in modules if m not in by_module]
+    if unknown:
+        raise ValueError(f"{path}: target_modules {unknown} are not Qwen2 projections {sorted(by_module)}")
+    return tuple(t for t in TARGETS if _MODULE[t].split(".")[1] in modules)
+
+
 def load_peft_adapters(directory: str | os.PathLike, cfg: ModelConfig) -> tuple[LoRAConfig, Params]:
     """(LoRAConfig, adapter tree) of a PEFT LoRA directory for a base of config `cfg`; one line
     naming the file and the problem when it is not one (missing file, another PEFT type, bias or
@@ -88,17 +117,21 @@ def load_peft_adapters(directory: str | os.PathLike, cfg: ModelConfig) -> tuple[
         config = json.loads(config_path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{config_path}: not JSON ({e})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{config_path}: must hold a JSON object, not {type(config).__name__}")
     if config.get("peft_type") != "LORA" or config.get("bias", "none") != "none" or config.get("use_dora"):
         raise ValueError(f"{config_path}: only plain LoRA adapters without bias are read "
                          f"(peft_type {config.get('peft_type')!r}, bias {config.get('bias')!r})")
-    by_module = {m.split(".")[1]: t for t, m in _MODULE.items()}
-    modules = config.get("target_modules") or []
-    unknown = [m for m in modules if m not in by_module]
-    if unknown:
-        raise ValueError(f"{config_path}: target_modules {unknown} are not Qwen2 projections {sorted(by_module)}")
-    targets = tuple(t for t in TARGETS if _MODULE[t].split(".")[1] in modules)
-    lora = LoRAConfig(rank=int(config["r"]), alpha=float(config["lora_alpha"]), targets=targets,
-                      dropout=float(config.get("lora_dropout") or 0.0))
+    rank = _number(config, "r", int, config_path)
+    if rank < 1:
+        raise ValueError(f"{config_path}: r={rank}: must be >= 1 (the adapters' rank)")
+    targets = _targets(config.get("target_modules"), config_path)
+    alpha = _number(config, "lora_alpha", float, config_path)
+    dropout = _number(config, "lora_dropout", float, config_path, default=0.0)
+    try:
+        lora = LoRAConfig(rank=rank, alpha=alpha, targets=targets, dropout=dropout)
+    except ValueError as e:  # LoRAConfig's ranges (alpha > 0, dropout in [0, 1)), with the file
+        raise ValueError(f"{config_path}: {e}") from None
     tensors = load_file(str(weights_path))
     tree: dict[str, dict[str, Any]] = {"attn": {}, "mlp": {}}
     expected = adapter_shapes(cfg, lora)["layers"]

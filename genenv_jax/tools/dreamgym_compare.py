@@ -50,7 +50,7 @@ def define_flags() -> None:
                         required=True)
     flags.DEFINE_list("arms", list(arms(1)), "Arms to run, in this order.")
     flags.DEFINE_integer("epochs", 5, "Epochs per arm (equal agent updates in every arm).")
-    flags.DEFINE_integer("seed", 0, "The runs' seed (initial weights, sampling, data).")
+    flags.DEFINE_integer("seed", 0, "The runs' seed (initial weights, sampling, data).", lower_bound=0)
     flags.DEFINE_bool("report_only", False, "Only rebuild the report from the arms' metrics.")
 
 

@@ -27,7 +27,7 @@ from genenv_jax.core.errors import check_at_least, check_output_path
 PROGRAM = "genenv_jax.tools.simulator_probe"
 _CONFIG = cli.config_flag()
 _GENERATIONS = flags.DEFINE_integer("generations", 200, "simulator generations (one per drawn seed)")
-_SEED = flags.DEFINE_integer("seed", 0, "seed of the seed draw and of sampling")
+_SEED = flags.DEFINE_integer("seed", 0, "seed of the seed draw and of sampling", lower_bound=0)
 _OUT = flags.DEFINE_string("out", None, "directory for generations.jsonl and summary.json (created; must be new "
                                         "or empty)")
 
@@ -96,6 +96,8 @@ def main(argv):
     from genenv_jax.configs.run_config import RunConfig
 
     config = RunConfig.from_config_dict(_CONFIG.value, num_devices=jax.device_count())
+    config.check_domain_registered()
+    check_output_path(_OUT.value, "--out", directory=True, inputs=config.input_paths())  # not into the model
     records, summary = probe(config, _GENERATIONS.value, _SEED.value)
     out = Path(_OUT.value)
     out.mkdir(parents=True, exist_ok=True)

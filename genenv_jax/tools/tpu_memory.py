@@ -17,6 +17,7 @@ assignment: see docs/plan.md for what they over- and understate. Errors end in o
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from typing import Callable, Sequence
 
@@ -309,8 +310,8 @@ def main(argv: list[str]) -> None:
         slice_ = find_slice(_SLICE.value)
         if not 0 <= _HEADROOM.value < 1:
             raise PlanError(f"--headroom={_HEADROOM.value} must lie in [0, 1)")
-        if _HBM.value is not None and not _HBM.value > 0:
-            raise PlanError(f"--hbm_gib={_HBM.value} must be > 0")
+        if _HBM.value is not None and not 0 < _HBM.value < math.inf:  # inf: a budget no int can hold
+            raise PlanError(f"--hbm_gib={_HBM.value} must be a finite number > 0")
         set_host_device_count(slice_.chips)  # both before JAX's first device query
         jax.config.update("jax_platforms", "cpu")
         run = load_run_config(_CONFIG.value, slice_.chips)

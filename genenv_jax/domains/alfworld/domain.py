@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from genenv_jax.core.config_checks import name_list
 from genenv_jax.core.config_checks import ConfigError
 from genenv_jax.domains.alfworld import dataset, engine, specs, vocab
 from genenv_jax.domains.alfworld.episode import ADMISSIBLE_MODES, ALFWorldEnvironment
@@ -81,6 +82,7 @@ class ALFWorldDomain(Domain):
     def __init__(self, data_dir: str = "", games: Mapping[str, int] | None = None,
                  task_types: Sequence[str] = vocab.TASK_TYPES, max_steps: int = 50, admissible: str = "every_turn",
                  salt: str = "genenv", cache_dir: str = "", build_workers: int = 0):
+        task_types = name_list(task_types, "alfworld: task_types")
         unknown = [t for t in task_types if t not in vocab.TASK_TYPES]
         if unknown:
             raise ValueError(f"unknown ALFWorld task types {unknown}; expected a subset of {vocab.TASK_TYPES}")

@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from genenv_jax.core.config_checks import name_list
 from genenv_jax.data.prepared import DataMissing, load_records
 from genenv_jax.domains.api_bank import data, generation, metrics
 from genenv_jax.domains.api_bank.calls import CALL_FORMATS, parse_call, render_call
@@ -71,6 +72,7 @@ class APIBankDomain(Domain):
             raise ValueError(f"api_bank: call_format {call_format!r} not in {CALL_FORMATS}")
         if scoring not in SCORINGS:
             raise ValueError(f"api_bank: scoring {scoring!r} not in {SCORINGS}")
+        categories = name_list(categories, "api_bank: categories")
         unknown = [c for c in categories if c not in data.CATEGORIES]
         if unknown:
             raise ValueError(f"api_bank: unknown categories {unknown}; expected a subset of {data.CATEGORIES}")

@@ -17,6 +17,7 @@ import hashlib
 import json
 from typing import Any, Mapping, Sequence
 
+from genenv_jax.core.config_checks import name_list
 from genenv_jax.domains.bfcl import data as bfcl_data, grounding, schema as bfcl_schema
 from genenv_jax.domains.base import (ChatPrompt, Domain, Invalid, Rejection, ScoreResult, Task, curriculum_line,
                                      next_sibling)
@@ -84,6 +85,7 @@ class BFCLDomain(Domain):
                  split_fractions: SplitFractions = SplitFractions(),
                  split_salt: str = bfcl_data.DEFAULT_SPLIT_SALT, validation: str = "strict",
                  grounding: str = "reject"):
+        categories = name_list(categories, "bfcl: categories")
         unknown = [c for c in categories if c not in CATEGORIES]
         if unknown:
             raise ValueError(f"unknown BFCL categories {unknown}; expected a subset of {CATEGORIES}")

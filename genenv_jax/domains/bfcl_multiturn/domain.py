@@ -14,6 +14,7 @@ import hashlib
 import json
 from typing import Any, Mapping, Sequence
 
+from genenv_jax.core.config_checks import name_list
 from genenv_jax.domains.experience import DomainSupport
 from genenv_jax.domains.base import (ChatPrompt, Domain, Invalid, Rejection, ScoreResult, Task, curriculum_line,
                                      next_sibling)
@@ -80,6 +81,7 @@ class BFCLMultiTurnDomain(Domain):
 
     def __init__(self, categories: Sequence[str] = data.CATEGORIES, split_fractions: SplitFractions = SplitFractions(),
                  split_salt: str = data.DEFAULT_SPLIT_SALT):
+        categories = name_list(categories, "bfcl_multiturn: categories")
         unknown = [c for c in categories if c not in data.CATEGORIES]
         if unknown:
             raise ValueError(f"unknown BFCL multi-turn categories {unknown}; expected a subset of {data.CATEGORIES}")

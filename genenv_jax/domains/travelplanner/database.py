@@ -16,12 +16,14 @@ Two views of the same files (`view`):
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import math
 import re
 import sys
 from pathlib import Path
+from typing import Iterator, TextIO
 
 ACCOMMODATIONS = "accommodations/clean_accommodations_2022.csv"
 ATTRACTIONS = "attractions/attractions.csv"
@@ -56,10 +58,12 @@ def has_missing_cell(row: dict) -> bool:
 def _read_csv(path: Path, required: tuple[str, ...], drop_missing: bool = False) -> list[dict]:
     """Rows of a database CSV as dicts (the unnamed index column dropped). A short row (a truncated
     file) or one with extra cells is an error naming the line; `drop_missing` drops rows with a
-    missing cell, as the official loader's dropna() does."""
+    missing cell, as the official loader's dropna() does. A table left without rows (only its
+    header, or every row dropped) is an error too: scoring against it would fail every plan and
+    report 0% as if it were a result."""
     if not path.is_file():
         raise DatabaseError(f"TravelPlanner database file missing: {path}")
-    with path.open(newline="", encoding="utf-8") as handle:
+    with _decoded(path) as handle:
         reader = csv.DictReader(handle)
         missing = [column for column in required if column not in (reader.fieldnames or [])]
         if missing:
@@ -76,7 +80,21 @@ def _read_csv(path: Path, required: tuple[str, ...], drop_missing: bool = False)
             if drop_missing and has_missing_cell(row):
                 continue
             rows.append({key: value for key, value in row.items() if key})
-        return rows
+    if not rows:
+        cause = "every row has a missing cell, which the official loader drops" if reader.line_num > 1 \
+            else "no rows, only a header"
+        raise DatabaseError(f"{path}: {cause}; the table cannot be empty")
+    return rows
+
+
+@contextlib.contextmanager
+def _decoded(path: Path) -> Iterator[TextIO]:
+    """`path` opened as UTF-8 CSV text; a byte that is not UTF-8 is an error naming the file."""
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            yield handle
+    except UnicodeDecodeError as error:
+        raise DatabaseError(f"{path}: not UTF-8 text ({error.reason})") from None
 
 
 def _number(value, path: Path, column: str) -> float | None:
@@ -130,7 +148,9 @@ class Database:
         state_file = self.root / CITY_STATES
         if not state_file.is_file():
             raise DatabaseError(f"TravelPlanner database file missing: {state_file}")
-        for line in state_file.read_text(encoding="utf-8").splitlines():
+        with _decoded(state_file) as handle:
+            state_lines = handle.read().splitlines()
+        for line in state_lines:
             if line.strip():
                 city, _, state = line.partition("\t")
                 self.city_state[city.strip()] = state.strip()
@@ -151,7 +171,7 @@ class Database:
         """(origin, destination) -> compact rows; read once, on first use (the full CSV has 3.8 M rows,
         so rows are tuples with interned city, date and time strings rather than dicts)."""
         path, index = self._flight_path, {}
-        with path.open(newline="", encoding="utf-8") as handle:
+        with _decoded(path) as handle:
             reader = csv.DictReader(handle)
             missing = [column for column in FLIGHT_COLUMNS if column not in (reader.fieldnames or [])]
             if missing:

@@ -18,6 +18,7 @@ import random
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from genenv_jax.core.config_checks import name_list
 from genenv_jax.data.prepared import DataMissing, load_records
 from genenv_jax.domains.base import (ChatPrompt, Domain, Environment, Invalid, Rejection, ScoreResult,
                                      SingleTurnEnvironment, Task, check_difficulty, next_sibling)
@@ -61,6 +62,7 @@ class TravelPlannerDomain(Domain):
             raise ValueError(f"travelplanner: mode {mode!r} not in {MODES}")
         if reward not in REWARDS:
             raise ValueError(f"travelplanner: reward {reward!r} not in {REWARDS}")
+        levels = name_list(levels, "travelplanner: levels")
         unknown = [level for level in levels if level not in LEVELS]
         if unknown:
             raise ValueError(f"travelplanner: unknown levels {unknown}; expected a subset of {LEVELS}")

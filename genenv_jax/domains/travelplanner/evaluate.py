@@ -56,16 +56,24 @@ def read_plans(path: Path) -> list[dict]:
         for number, line in enumerate(_lines(handle, path), start=1):
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise EvaluationInputError(f"{path}:{number}: not JSON ({error.msg})") from None
+            record = _json_line(line, path, number)
             if not isinstance(record, dict) or "plan" not in record:
                 raise EvaluationInputError(f"{path}:{number}: a record needs a 'plan' key")
             records.append(record)
     if not records:
         raise EvaluationInputError(f"{path}: no plans (one JSON record {{idx, query, plan}} a line)")
     return records
+
+
+def _json_line(line: str, path: Path, number: int):
+    """One JSONL line parsed; malformed JSON, or nesting too deep for the parser (one line of
+    millions of `[`), is an error naming the file and line."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as error:
+        raise EvaluationInputError(f"{path}:{number}: not JSON ({error.msg})") from None
+    except RecursionError:
+        raise EvaluationInputError(f"{path}:{number}: not JSON (nested too deeply)") from None
 
 
 def _lines(handle, path: Path):
@@ -92,10 +100,7 @@ def stored_references(database: Path) -> list:
     references = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if line.strip():
-            try:
-                references.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                raise EvaluationInputError(f"{path}:{number}: not JSON ({error.msg})") from None
+            references.append(_json_line(line, path, number))
     return references
 
 
@@ -119,9 +124,12 @@ def queries_for(records: list[dict], plans_path: Path, queries_path: Path | None
         where = f"{plans_path}:{number}"
         try:
             if rows is not None:
-                idx = int(record.get("idx", number))
-                if not 1 <= idx <= len(rows):
-                    raise EvaluationInputError(f"{where}: idx {idx} is outside {queries_path} ({len(rows)} rows)")
+                idx = record.get("idx", number)
+                idx = int(idx) if isinstance(idx, str) and idx.strip().isdigit() else idx  # "3" as 3
+                if isinstance(idx, bool) or not isinstance(idx, int) or not 1 <= idx <= len(rows):
+                    raise EvaluationInputError(f"{where}: idx {idx!r} is not a row of {queries_path} "
+                                               f"(1..{len(rows)})")
+                where = f"{queries_path}: row {idx} (for {plans_path}:{number})"
                 queries.append(query_from_row(rows[idx - 1]))
             elif not isinstance(record.get("query"), str):
                 raise EvaluationInputError(f"{where}: no 'query' text and no --queries file")
@@ -157,10 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.split:
         args.queries = args.data_dir / f"{args.split}.csv"
     scorings = SCORINGS if args.scoring == "both" else (args.scoring,)
-    if args.details and args.details.resolve() in {p.resolve() for p in (args.plans, args.queries) if p}:
-        raise EvaluationInputError(f"--details {args.details} is an input file; give another path")
-    if args.details:
-        check_output_path(args.details, "--details", directory=False)
+    if args.details:  # never over the plans, the queries or the benchmark's own database files
+        check_output_path(args.details, "--details", directory=False,
+                          inputs={"--plans": args.plans, "--queries": args.queries, "--data_dir": args.data_dir})
     records = read_plans(args.plans)
     queries = queries_for(records, args.plans, args.queries)
     judges = {scoring: judge_database(database_dir(args.data_dir), scoring, queries) for scoring in scorings}

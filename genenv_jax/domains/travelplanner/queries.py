@@ -235,17 +235,26 @@ def query_from_row(row: Mapping[str, str]) -> Query:
     if missing:
         raise QueryParseError(f"query row lacks column(s) {', '.join(missing)}")
     constraints = row.get("local_constraint") or "{}"
-    constraints = _literal(constraints, "local_constraint") if isinstance(constraints, str) else dict(constraints)
+    constraints = _literal(constraints, "local_constraint") if isinstance(constraints, str) else constraints
+    if not isinstance(constraints, Mapping):
+        raise QueryParseError(f"local_constraint is a {type(constraints).__name__}; expected a dict of constraints "
+                              f"({', '.join(CONSTRAINT_KEYS)})")
     constraints = {key: constraints.get(key) for key in CONSTRAINT_KEYS}
     if isinstance(constraints["cuisine"], str):
         constraints["cuisine"] = [constraints["cuisine"]]
     dates = row["date"]
-    dates = _literal(dates, "date") if isinstance(dates, str) else list(dates)
+    dates = _literal(dates, "date") if isinstance(dates, str) else dates
+    if not isinstance(dates, (list, tuple)):
+        raise QueryParseError(f"date is {type(dates).__name__} {dates!r:.80}; expected a list of dates "
+                              "('YYYY-MM-DD' texts)")
     reference = row.get("reference_information")
     if isinstance(reference, str) and reference.strip():
         reference = _literal(reference, "reference_information")
-    days = int(row["days"])
+    if reference and not isinstance(reference, (list, tuple)):
+        raise QueryParseError(f"reference_information is a {type(reference).__name__}; expected a list of "
+                              "{Description, Content} entries")
     try:
+        days = int(row["days"])
         return Query(org=str(row["org"]), dest=str(row["dest"]), days=days,
                      visiting_city_number=int(row.get("visiting_city_number") or CITIES_FOR_DAYS.get(days, 1)),
                      date=tuple(str(d) for d in dates), people_number=int(row["people_number"]),
