@@ -3,6 +3,8 @@ and the `calc:real` preset's sizes that the simulator-aims issue asks for."""
 
 from __future__ import annotations
 
+import pytest
+
 from genenv_jax.configs import study_calc_real
 from genenv_jax.configs.run_config import RunConfig
 from genenv_jax.domains import get_domain
@@ -35,3 +37,18 @@ def test_the_study_plans_its_arms_at_equal_agent_data(tmp_path):
     by_level = {t.category for t in held_out}
     assert len(held_out) >= 400 and all(sum(t.category == lv for t in held_out) == len(held_out) // len(by_level)
                                         for lv in by_level)
+
+
+def test_a_study_directory_inside_the_model_directory_is_refused_before_anything_is_written(tmp_path):
+    from genenv_jax.core.errors import CommandError
+    from genenv_jax.study.runner import run_study
+
+    study = study_calc_real.get_config()
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{}")  # enough for validation, which reads no weights
+    study.run.agent.model_dir = str(model_dir)
+    inside = model_dir / "study"
+    with pytest.raises(CommandError, match=rf"^--workdir {inside} lies inside an input \(config.agent.model_dir "):
+        run_study(study, inside)
+    assert sorted(p.name for p in model_dir.iterdir()) == ["config.json"]

@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 from genenv_jax.workdir import storage
 from genenv_jax.core.compilation_cache import persistent_compilation_cache
 from genenv_jax.core.config_checks import ConfigError
+from genenv_jax.core.errors import check_output_outside
 from genenv_jax.cli import command, command_line_parser, config_flag, die, error_text, one_line, workdir_flag
 from genenv_jax.cli import run as run_command
 from genenv_jax.configs import base
@@ -171,14 +172,17 @@ def run_study(study: ConfigDict, study_dir: str | os.PathLike, command: str = ""
 
     check_study(study)
     study_dir = Path(study_dir).absolute()
-    study_dir.mkdir(parents=True, exist_ok=True)
     runs = plan_runs(study)
     chosen = selected_runs(runs, only)
     domain = get_domain(study.run.domain.name, **study.run.domain.options)
     if study.tokenizer_vocab_size:
+        study_dir.mkdir(parents=True, exist_ok=True)
         prepare_tokenizer(study, domain, study_dir)  # before validation: each run config names its directory
     configs = {r.name: RunConfig.from_config_dict(run_config(study, r, study_dir), num_devices=jax.device_count())
                for r in runs}  # every run's config checked, chosen or not
+    for config in configs.values():  # before the plan is written: not into a model or data directory
+        check_output_outside(study_dir, "--workdir", config.input_paths())
+    study_dir.mkdir(parents=True, exist_ok=True)
     write_plan(study, domain, runs, study_dir, command)
     persistent_compilation_cache(study_dir / "xla_cache")  # runs 2..n reload what run 1 compiled
     if study.get("base_evaluation"):
