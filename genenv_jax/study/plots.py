@@ -19,6 +19,21 @@ def _band(ax: Any, points: dict[int, Stat], label: str) -> None:
         ax.fill_between(xs, mean - std, mean + std, color=line.get_color(), alpha=0.2)
 
 
+def save_figure(fig: Any, path: Path) -> Path:
+    """Grid, legends, then the PNG (dpi 100) without the 'Software' text chunk (the matplotlib
+    version), so a rebuild with another version differs only where the drawing does; returns `path`."""
+    import matplotlib.pyplot as plt
+
+    for ax in fig.axes:
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
 def write_plots(study: Study, summary: dict, out_dir: Path) -> list[Path]:
     """Writes p_hat.png, heldout.png, difficulty.png and (with two alphas or more) alpha_sweep.png; returns
     their paths."""
@@ -28,15 +43,7 @@ def write_plots(study: Study, summary: dict, out_dir: Path) -> list[Path]:
     x, ticks, paths = np.arange(len(levels)), [str(level_number(lv, i)) for i, lv in enumerate(levels)], []
 
     def save(fig: Any, name: str) -> None:
-        """Grid, legends, then the PNG (dpi 100)."""
-        for ax in fig.axes:
-            ax.grid(alpha=0.3)
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out_dir / name, dpi=100)
-        plt.close(fig)
-        paths.append(out_dir / name)
+        paths.append(save_figure(fig, out_dir / name))
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
     for mode, v in modes.items():

@@ -1,0 +1,265 @@
+"""Writes docs/reproduction_calc_real.md, the simulator-aims study's report, from a kept study directory.
+
+The prose is a template (templates/reproduction_calc_real.md) whose `{{section}}` lines this
+command replaces with tables generated from the runs' files only (study.json, each run's
+metrics.jsonl, pools/d_env, heldout/, done.json, base/items.jsonl) and the probe's summary.json;
+the plots and a summary.json of every number go to --images. The output is deterministic (no
+times or paths of this machine, sorted keys, a fixed bootstrap seed), so it rebuilds byte for byte.
+
+CLI: python -m genenv_jax.study.calc_report STUDY_DIR [--out docs/reproduction_calc_real.md]
+       [--images docs/images/calc_real] [--probe docs/results/probe_calc_real_200/summary.json]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from genenv_jax.core.errors import ArgumentParser, command
+from genenv_jax.study.aim_claims import BOOTSTRAP_NOTE, Decided, decide, heldout_epochs, moved
+from genenv_jax.study.aim_plots import PLOTS, write_plots
+from genenv_jax.study.arm_epochs import (PARSE_REASONS, SIMULATOR_KEYS, RunData, level_numbers, run_data,
+                                         simulator_update)
+from genenv_jax.study.details import accuracy, heldout_items, read_items
+from genenv_jax.study.report import _fmt, _table
+from genenv_jax.study.results import Study, load_study
+
+PROGRAM = "genenv_jax.study.calc_report"
+TEMPLATE = Path(__file__).parent / "templates" / "reproduction_calc_real.md"
+SETTINGS = ("epochs", "seeds_per_epoch", "variants_per_seed", "rollouts_per_task", "new_tasks_per_epoch",
+            "curriculum.alpha", "curriculum.beta", "curriculum.k_min", "simulator_feedback",
+            "simulator.train.objective", "simulator.train.tasks_per_epoch", "simulator.train.tasks_per_step",
+            "simulator.train.loss.reward_lambda", "simulator.train.invalid_reward", "simulator.optimizer.learning_rate",
+            "simulator.sampling.temperature", "agent.train.tasks_per_epoch", "agent.optimizer.learning_rate",
+            "evaluation.every_epochs")
+PHASES = ("generate", "rollouts", "updates", "heldout")
+
+
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """Everything the report is computed from."""
+
+    study: Study
+    data: list[RunData]  # the runs with at least one epoch, plan order
+    base: dict | None  # the untrained model's held-out items
+    probe: dict | None  # the probe's summary.json
+    done: dict[str, dict]  # run name -> its done.json
+
+
+def read_inputs(study_dir: str | Path, probe: str | Path | None = None) -> Inputs:
+    """Reads the study directory (FileNotFoundError without study.json) and the probe summary."""
+    study = load_study(study_dir)
+    data = [run_data(r, study.levels) for r in study.runs if r.rows]
+    base = read_items(study.directory / "base" / "items.jsonl")
+    done = {r.name: json.loads((r.workdir / "done.json").read_text()) for r in study.runs
+            if (r.workdir / "done.json").is_file()}
+    return Inputs(study, data, base, None if probe is None else json.loads(Path(probe).read_text()), done)
+
+
+def _dig(tree: Mapping[str, Any], dotted: str) -> Any:
+    for key in dotted.split("."):
+        if not isinstance(tree, Mapping) or key not in tree:
+            return None
+        tree = tree[key]
+    return tree
+
+
+def coverage(inp: Inputs) -> str:
+    """Which runs exist and how far they got; their settings and time per phase."""
+    rows, overrides = [], {spec["name"]: spec.get("overrides") or [] for spec in inp.study.spec.get("runs", [])}
+    for r in inp.study.runs:
+        epochs = sorted(r.rows)
+        seconds = {k: sum(row.get(f"time/{k}_s") or 0.0 for row in r.rows.values()) for k in PHASES}
+        rows.append([r.name, r.mode, f"{r.alpha:g}", ", ".join(f"{k}={v}" for k, v in overrides.get(r.name, [])) or "-",
+                     r.status() if r.rows or r.workdir.is_dir() else "not run",
+                     "-" if not epochs else f"{epochs[0]}-{epochs[-1]}",
+                     ", ".join("start" if e < 0 else str(e) for e in heldout_epochs(r.workdir)) or "-",
+                     "-" if not epochs else f"{sum(seconds.values()) / 60:.1f}",
+                     "-" if not epochs else "/".join(f"{seconds[k] / 60:.1f}" for k in PHASES)])
+    finished = [n for n in inp.done if "config" in inp.done[n]]
+    out = [f"This report covers the runs that exist in the study directory: {len(inp.data)} of "
+           f"{len(inp.study.runs)} planned runs have epochs ({sum(r.complete for r in inp.study.runs)} complete, "
+           f"{inp.study.spec.get('epochs', '-')} epochs planned each). Study command: "
+           f"`{inp.study.spec.get('command', '-')}`.", "",
+           _table(["run", "mode", "alpha", "overrides", "status", "epochs", "held-out evaluations",
+                   "minutes (sum of phases)", "minutes generate/rollouts/updates/held-out"], rows)]
+    if finished:
+        values = {n: {k: _dig(inp.done[n]["config"], k) for k in SETTINGS} for n in finished}
+        out += ["", "Settings of the finished runs (their done.json):", "",
+                _table(["setting"] + finished, [[k] + [json.dumps(values[n][k]) for n in finished] for k in SETTINGS
+                                                 if any(values[n][k] is not None for n in finished)])]
+    return "\n".join(out)
+
+
+def probe(inp: Inputs) -> str:
+    """The untrained simulator's parse and accept rates from the probe's summary.json."""
+    p = inp.probe
+    if p is None:
+        return "(No probe summary was given to the generator: `--probe`.)"
+    reasons = ", ".join(f"{k} {v}" for k, v in sorted(p.get("rejections", {}).items(), key=lambda kv: (-kv[1], kv[0])))
+    levels = ", ".join(f"{k} {v}" for k, v in sorted(p.get("accepted_by_category", {}).items()))
+    return (f"The untrained simulator ({Path(str(p.get('model', '-'))).name}, temperature {p.get('temperature', '-')}, "
+            f"domain options {json.dumps(p.get('domain_options', {}), sort_keys=True)}) accepted "
+            f"**{p['accepted']} of {p['generations']} generations ({p['accepted'] / p['generations']:.1%})**. "
+            f"Rejections: {reasons or 'none'}. Accepted tasks by level: {levels or '-'}.")
+
+
+def claims(found: Sequence[Decided]) -> str:
+    return "\n".join([f"- **{c.name}: {c.verdict}.** {c.text}" for c in found] + ["", BOOTSTRAP_NOTE])
+
+
+def movement(inp: Inputs) -> str:
+    """Each run's last epochs against its first: did what the agent sees move at all?"""
+    rows = []
+    for d in inp.data:
+        m = moved(d, inp.study.levels)
+        if m is not None:
+            rows.append([d.run.name, f"{m['first'][0]}-{m['first'][-1]}", f"{m['last'][0]}-{m['last'][-1]}"]
+                        + [f"{x.mean_b:.3f} -> {x.mean_a:.3f}: {x.fmt()}" if x else "-"
+                           for x in (m["in_band"], m["level"])])
+    if not rows:
+        return "(No run has two windows of epochs yet.)"
+    return _table(["run", "first epochs", "last epochs", "in-band share: first -> last: last - first [95%]",
+                   "mean level: first -> last: last - first [95%]"], rows)
+
+
+def per_epoch(inp: Inputs) -> str:
+    """Per run and epoch: the simulator's output and the scores of the tasks the agent rolled out."""
+    numbers, short = level_numbers(inp.study.levels), [f"L{n}" for n in level_numbers(inp.study.levels)]
+    out = []
+    for d in inp.data:
+        rows = [[str(e), "-" if s.generated is None else str(s.generated), str(s.accepted), _fmt(s.parse_rate),
+                 _fmt(s.accept_rate), _fmt(s.mean_level(numbers))] + [str(c) for c in s.level_counts]
+                + [str(s.topped_up), str(s.scored), _fmt(s.p_hat), _fmt(s.gap), _fmt(s.in_band), _fmt(s.r_env), s.source or "-"]
+                for e, s in sorted(d.epochs.items())]
+        note = (" Static: its tasks were generated once before epoch 0 and are drawn each epoch, so there are no "
+                "generations to count; accepted and the levels are the drawn tasks." if d.run.mode == "static" else "")
+        out += [f"### {d.run.name}", "", f"alpha {d.run.alpha:g}.{note}", "",
+                _table(["epoch", "generated", "accepted", "parse", "accept", "mean level"] + short
+                       + ["topped up", "scored", "p_hat", "abs(p_hat - alpha)", "in-band", "R_env", "from"], rows), ""]
+    return "\n".join(out).rstrip()
+
+
+def simulator_updates(inp: Inputs) -> str:
+    """Per run that trains its simulator and epoch: the update's statistics as the loop logged them."""
+    out = []
+    for d in inp.data:
+        updates = {e: u for e, row in sorted(d.run.rows.items()) if (u := simulator_update(row))}
+        if not updates:
+            continue
+        keys = [k for k in SIMULATOR_KEYS if any(k in u for u in updates.values())]
+        rows = [[str(e)] + [u[k] if isinstance(u.get(k), str) else _fmt(u.get(k), 0 if k in _COUNTS else 4)
+                            for k in keys] for e, u in updates.items()]
+        out += [f"### {d.run.name}", "", _table(["epoch"] + [_HEADERS.get(k, k) for k in keys], rows), ""]
+    return "\n".join(out).rstrip() or "(No run trained its simulator yet.)"
+
+
+_COUNTS = ("steps", "tasks", "groups", "groups_constant")
+_HEADERS = {"tasks": "rows (RWR: tasks; GRPO: generations)", "groups_constant": "constant groups", "invalid_share": "invalid share",
+            "reward_mean": "mean reward", "weight_min": "RWR weight min", "weight_max": "RWR weight max"}
+
+
+def rejections(inp: Inputs) -> str:
+    """Per run, its generations' rejections by reason, summed over its epochs."""
+    reasons = sorted({k.split("/", 1)[1] for d in inp.data for row in d.run.rows.values() for k in row
+                      if k.startswith("rejected/")})
+    rows = [[d.run.name, str(sum(int(row.get("generated") or 0) for row in d.run.rows.values()))]
+            + [str(sum(int(row.get(f"rejected/{k}", 0)) for row in d.run.rows.values())) for k in reasons]
+            for d in inp.data if d.run.mode != "static"]
+    if not rows:
+        return "(No run generated tasks yet.)"
+    return (f"Parse failures (the generation is not read as a task): {', '.join(PARSE_REASONS)}; the other reasons "
+            "read a task and refuse it.\n\n" + _table(["run", "generated"] + reasons, rows))
+
+
+def heldout_ends(inp: Inputs) -> dict[str, tuple[dict, dict]]:
+    """{run name: (items at the start, items at its last evaluation)} for the runs with both."""
+    out = {}
+    for d in inp.data:
+        epochs = [e for e in heldout_epochs(d.run.workdir) if e >= 0]
+        start = heldout_items(d.run.workdir, -1)
+        if epochs and start:
+            out[d.run.name] = (start, heldout_items(d.run.workdir, epochs[-1]))
+    return out
+
+
+def heldout(inp: Inputs) -> str:
+    """Held-out accuracy (Wilson 95%) overall and by level: the base model, each run's start and end."""
+    levels, rows = inp.study.levels, []
+    if inp.base:
+        rows.append(["base (untrained)", "-", accuracy(inp.base).fmt()]
+                    + [_fmt(accuracy(inp.base, lv).value) for lv in levels])
+    for d in inp.data:
+        for e in heldout_epochs(d.run.workdir):
+            items = heldout_items(d.run.workdir, e)
+            rows.append([d.run.name, "start" if e < 0 else str(e), accuracy(items).fmt()]
+                        + [_fmt(accuracy(items, lv).value) for lv in levels])
+    if not rows:
+        return "(No held-out evaluation yet.)"
+    return _table(["model", "after epoch", "accuracy [95%] (solved/items)"] + levels, rows)
+
+
+def plots(images: Path, out: Path) -> str:
+    rel = Path(os.path.relpath(images, out.parent)).as_posix()
+    return "\n\n".join(f"![{name[:-4]}]({rel}/{name})" for name in PLOTS)
+
+
+def render(inp: Inputs, found: Sequence[Decided], images: Path, out: Path, template: str) -> str:
+    """The template with every `{{section}}` line filled; ValueError for an unknown or unused section."""
+    sections: dict[str, Callable[[], str]] = {
+        "coverage": lambda: coverage(inp), "probe": lambda: probe(inp), "claims": lambda: claims(found),
+        "movement": lambda: movement(inp), "per_epoch": lambda: per_epoch(inp),
+        "simulator_updates": lambda: simulator_updates(inp), "rejections": lambda: rejections(inp),
+        "heldout": lambda: heldout(inp), "plots": lambda: plots(images, out)}
+    named = re.findall(r"^\{\{(\w+)\}\}$", template, flags=re.M)
+    unknown, unused = sorted(set(named) - set(sections)), sorted(set(sections) - set(named))
+    if unknown or unused:
+        raise ValueError(f"template sections: unknown {unknown}, missing {unused}")
+    return re.sub(r"^\{\{(\w+)\}\}$", lambda m: sections[m.group(1)](), template, flags=re.M)
+
+
+def summary(inp: Inputs, found: Sequence[Decided]) -> dict:
+    """Every number of the report as JSON (sorted keys when written)."""
+    numbers = level_numbers(inp.study.levels)
+    return {"levels": inp.study.levels, "claims": [dataclasses.asdict(c) for c in found],
+            "runs": {d.run.name: {str(e): {**dataclasses.asdict(s), "mean_level": s.mean_level(numbers),
+                                           "parse_rate": s.parse_rate, "accept_rate": s.accept_rate,
+                                           "simulator": simulator_update(d.run.rows[e])}
+                                  for e, s in sorted(d.epochs.items())} for d in inp.data}}
+
+
+def write(study_dir: str | Path, out: str | Path, images: str | Path, probe_path: str | Path | None = None,
+          template: str | Path = TEMPLATE) -> Path:
+    """Writes the report to `out` and its PNGs and summary.json to `images`; returns `out`."""
+    out, images = Path(out), Path(images)
+    inp = read_inputs(study_dir, probe_path)
+    found = decide(inp.study, inp.data)
+    text = render(inp, found, images, out, Path(template).read_text(encoding="utf-8"))
+    write_plots(inp.data, inp.study.levels, heldout_ends(inp), inp.base, images)
+    (images / "summary.json").write_text(json.dumps(summary(inp, found), indent=1, sort_keys=True) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    return out
+
+
+@command(PROGRAM, expected=(FileNotFoundError,))
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI: writes the report and prints its path."""
+    parser = ArgumentParser(prog=PROGRAM, description=__doc__.split("\n")[0])
+    parser.add_argument("study_dir", help="a study directory holding study.json (a kept copy of the study's runs)")
+    parser.add_argument("--out", default="docs/reproduction_calc_real.md", help="the Markdown file to write")
+    parser.add_argument("--images", default="docs/images/calc_real", help="where the PNGs and summary.json go")
+    parser.add_argument("--probe", default=None, help="the probe's summary.json (untrained simulator's accept rate)")
+    parser.add_argument("--template", default=str(TEMPLATE), help="the prose with {{section}} lines")
+    args = parser.parse_args(argv)
+    print(write(args.study_dir, args.out, args.images, args.probe, args.template))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
