@@ -253,3 +253,16 @@ def test_the_full_report_shows_each_arm(tmp_path):
     summary = json.loads((tmp_path / "img" / "summary.json").read_text())
     assert summary["runs"]["static-a0.5-s0"]["0"]["generated"] is None
     assert [c["verdict"] for c in summary["claims"]][:2] == ["holds", "holds"]
+
+
+ROOT = Path(__file__).parent.parent
+
+
+@pytest.mark.skipif(not (ROOT / calc_report.KEPT_STUDY / "study.json").is_file(),
+                    reason=f"no kept study directory {calc_report.KEPT_STUDY} in this checkout")
+def test_the_committed_report_rebuilds_from_the_kept_runs(tmp_path):
+    out = tmp_path / calc_report.OUT
+    calc_report.write(ROOT / calc_report.KEPT_STUDY, out, tmp_path / calc_report.IMAGES, ROOT / calc_report.KEPT_PROBE)
+    assert out.read_bytes() == (ROOT / calc_report.OUT).read_bytes()
+    for made in sorted((tmp_path / calc_report.IMAGES).iterdir()):
+        assert made.read_bytes() == (ROOT / calc_report.IMAGES / made.name).read_bytes(), made.name

@@ -76,7 +76,7 @@ def _numbers(diff: Difference | None) -> dict[str, Any] | None:
 
 
 def not_run(name: str, missing: Sequence[str]) -> Decided:
-    return Decided(name, "not run", f"not run: no data for {', '.join(missing)}.", {"missing": list(missing)})
+    return Decided(name, "not run", f"No data for {', '.join(missing)}.", {"missing": list(missing)})
 
 
 def claim_alignment(data: Sequence[RunData], alpha: float) -> Decided:

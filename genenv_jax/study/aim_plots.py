@@ -32,10 +32,11 @@ def _curves(data: Sequence[RunData], value, title: str, ylabel: str, path: Path,
     return save_figure(fig, path)
 
 
-def write_plots(data: Sequence[RunData], levels: Sequence[str], ends: Mapping[str, tuple[dict, dict]],
+def write_plots(data: Sequence[RunData], levels: Sequence[str], ends: Mapping[str, tuple[dict, dict, int]],
                 base: dict | None, out_dir: Path) -> list[Path]:
-    """Writes PLOTS into `out_dir`; `ends` maps a run's name to its (start, end) held-out items
-    (start after the warm-start, end the last evaluation), `base` the untrained model's items."""
+    """Writes PLOTS into `out_dir`; `ends` maps a run's name to its held-out items at the start
+    (after the warm-start) and at its last evaluation, and that evaluation's epoch; `base` holds the
+    untrained model's items."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -50,10 +51,9 @@ def write_plots(data: Sequence[RunData], levels: Sequence[str], ends: Mapping[st
     for ax, which, title in zip(axes, (0, 1), ("start (after the format warm-start)", "end (last evaluation)")):
         if base:
             ax.plot(numbers, _by_level(base, levels), "k--", marker="s", label="base (untrained)")
-        for name, pair in ends.items():
-            if pair[which]:
-                ax.plot(numbers, _by_level(pair[which], levels), marker="o", markersize=3,
-                        label=name)
+        for name, (start, end, epoch) in ends.items():
+            ax.plot(numbers, _by_level(end if which else start, levels), marker="o", markersize=3,
+                    label=f"{name} (after epoch {epoch})" if which else name)
         ax.set(title=f"held-out accuracy by level, {title}", xlabel="level", xticks=numbers, ylim=(-0.05, 1.05))
     axes[0].set_ylabel("accuracy")
     paths.append(save_figure(fig, out_dir / PLOTS[2]))

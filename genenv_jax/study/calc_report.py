@@ -6,8 +6,10 @@ metrics.jsonl, pools/d_env, heldout/, done.json, base/items.jsonl) and the probe
 the plots and a summary.json of every number go to --images. The output is deterministic (no
 times or paths of this machine, sorted keys, a fixed bootstrap seed), so it rebuilds byte for byte.
 
-CLI: python -m genenv_jax.study.calc_report STUDY_DIR [--out docs/reproduction_calc_real.md]
-       [--images docs/images/calc_real] [--probe docs/results/probe_calc_real_200/summary.json]
+CLI (the committed report, from the repository's root):
+    python -m genenv_jax.study.calc_report docs/results/calc_real_study \
+        --probe docs/results/probe_calc_real_200/summary.json [--out docs/reproduction_calc_real.md]
+        [--images docs/images/calc_real]
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ from genenv_jax.study.report import _fmt, _table
 from genenv_jax.study.results import Study, load_study
 
 PROGRAM = "genenv_jax.study.calc_report"
+# Where the repository keeps the study's runs and the probe of the untrained simulator, and where the
+# report goes (tests/test_study_calc_report.py rebuilds the committed report from them byte for byte).
+KEPT_STUDY, KEPT_PROBE = "docs/results/calc_real_study", "docs/results/probe_calc_real_200/summary.json"
+OUT, IMAGES = "docs/reproduction_calc_real.md", "docs/images/calc_real"
 TEMPLATE = Path(__file__).parent / "templates" / "reproduction_calc_real.md"
 SETTINGS = ("epochs", "seeds_per_epoch", "variants_per_seed", "rollouts_per_task", "new_tasks_per_epoch",
             "curriculum.alpha", "curriculum.beta", "curriculum.k_min", "simulator_feedback",
@@ -76,7 +82,7 @@ def coverage(inp: Inputs) -> str:
         epochs = sorted(r.rows)
         seconds = {k: sum(row.get(f"time/{k}_s") or 0.0 for row in r.rows.values()) for k in PHASES}
         rows.append([r.name, r.mode, f"{r.alpha:g}", ", ".join(f"{k}={v}" for k, v in overrides.get(r.name, [])) or "-",
-                     r.status() if r.rows or r.workdir.is_dir() else "not run",
+                     r.status() if r.rows else "started, no epoch yet" if r.workdir.is_dir() else "not run",
                      "-" if not epochs else f"{epochs[0]}-{epochs[-1]}",
                      ", ".join("start" if e < 0 else str(e) for e in heldout_epochs(r.workdir)) or "-",
                      "-" if not epochs else f"{sum(seconds.values()) / 60:.1f}",
@@ -177,14 +183,14 @@ def rejections(inp: Inputs) -> str:
             "read a task and refuse it.\n\n" + _table(["run", "generated"] + reasons, rows))
 
 
-def heldout_ends(inp: Inputs) -> dict[str, tuple[dict, dict]]:
-    """{run name: (items at the start, items at its last evaluation)} for the runs with both."""
+def heldout_ends(inp: Inputs) -> dict[str, tuple[dict, dict, int]]:
+    """{run name: (items at the start, items at its last evaluation, that epoch)} for the runs with both."""
     out = {}
     for d in inp.data:
         epochs = [e for e in heldout_epochs(d.run.workdir) if e >= 0]
         start = heldout_items(d.run.workdir, -1)
         if epochs and start:
-            out[d.run.name] = (start, heldout_items(d.run.workdir, epochs[-1]))
+            out[d.run.name] = (start, heldout_items(d.run.workdir, epochs[-1]), epochs[-1])
     return out
 
 
@@ -252,8 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """CLI: writes the report and prints its path."""
     parser = ArgumentParser(prog=PROGRAM, description=__doc__.split("\n")[0])
     parser.add_argument("study_dir", help="a study directory holding study.json (a kept copy of the study's runs)")
-    parser.add_argument("--out", default="docs/reproduction_calc_real.md", help="the Markdown file to write")
-    parser.add_argument("--images", default="docs/images/calc_real", help="where the PNGs and summary.json go")
+    parser.add_argument("--out", default=OUT, help="the Markdown file to write")
+    parser.add_argument("--images", default=IMAGES, help="where the PNGs and summary.json go")
     parser.add_argument("--probe", default=None, help="the probe's summary.json (untrained simulator's accept rate)")
     parser.add_argument("--template", default=str(TEMPLATE), help="the prose with {{section}} lines")
     args = parser.parse_args(argv)
