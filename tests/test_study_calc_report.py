@@ -24,10 +24,11 @@ ALPHA = 0.5
 
 
 def scored(alpha, levels, p_hats):
-    """D_env records of tasks at `levels` with agent success `p_hats` (band 0.25, beta 2)."""
-    return [{"task": {"category": lv, "task_id": f"t{i}"}, "generation": "", "seed_id": "s", "difficulty": "similar",
-             "p_hat": p, "r_env": math.exp(-2 * (p - alpha) ** 2), "in_band": abs(p - alpha) <= 0.25,
-             "weight": None} for i, (lv, p) in enumerate(zip(levels, p_hats))]
+    """D_env records of tasks at `levels` with agent success `p_hats` (band 0.25, beta 2); the i-th
+    varies a level-2 seed, asked "harder" when i is even, else "similar"."""
+    return [{"task": {"category": lv, "task_id": f"t{i}"}, "generation": "", "seed_id": f"calc/train/L2/{i:03d}",
+             "difficulty": "similar" if i % 2 else "harder", "p_hat": p, "r_env": math.exp(-2 * (p - alpha) ** 2),
+             "in_band": abs(p - alpha) <= 0.25, "weight": None} for i, (lv, p) in enumerate(zip(levels, p_hats))]
 
 
 def items(solved, n=12):
@@ -114,6 +115,10 @@ def test_epoch_statistics_by_hand(tmp_path):
     assert list(d.in_band([0, 1])) == [1.0, 0.0, 1.0, 1.0, 1.0, 0.0]
     assert d.gaps([0, 1]) is None and d.gaps([0]).tolist() == [0.25, 0.5, 0.0, 0.25]
     assert sorted(d.levels([0, 1], LEVELS).tolist()) == [1, 1, 1, 2, 3, 3, 3]
+    # epoch 0's scored tasks are levels 1, 3, 3, 2 of level-2 seeds, asked harder / similar in turn
+    assert {k: v.tolist() for k, v in d.shifts([0, 1]).items()} == {"harder": [-1.0, 1.0], "similar": [1.0, 0.0]}
+    md = calc_report.directions(calc_report.read_inputs(tmp_path))
+    assert "| genenv-a0.5-s0 | similar | 2 | +0.500 [+0.000, +1.000] | 0.50 | 0.50 | 0.00 |" in md
 
 
 def test_static_runs_have_no_generations(tmp_path):

@@ -10,7 +10,9 @@ Levels are numbers (`results.level_number`: "level_3" -> 3); rates are shares in
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -31,7 +33,7 @@ SIMULATOR_KEYS = ("steps", "tasks", "loss", "pg_loss", "kl", "weight_min", "weig
 @dataclasses.dataclass(frozen=True)
 class TaskScores:
     """The scored tasks of one epoch: per task (same order in each array) in_band (0/1), p_hat,
-    r_env and level number; `source` is "pool" (per-task D_env records) or "metrics" (in_band
+    r_env, level number, asked direction and seed level; `source` is "pool" (per-task D_env records) or "metrics" (in_band
     rebuilt from the row's in_band_fraction and count; p_hat / r_env / levels then unknown)."""
 
     in_band: np.ndarray
@@ -39,6 +41,8 @@ class TaskScores:
     r_env: np.ndarray | None
     levels: np.ndarray | None
     source: str
+    asked: tuple[str, ...] = ()  # pool: the direction the simulator's prompt asked ("harder", "similar", ...)
+    seed_levels: np.ndarray | None = None  # pool: the level of the seed each task varies (0: unknown)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +89,12 @@ def accepted_levels(row: Mapping[str, Any], levels: Sequence[str]) -> np.ndarray
     return np.repeat(np.asarray(level_numbers(levels), np.int64), counts)
 
 
+def seed_level(seed_id: str) -> int:
+    """The level of a calc seed from its id ("calc/train/L3/012" -> 3; 0 when the id has none)."""
+    match = re.search(r"/L(\d+)/", seed_id)
+    return int(match.group(1)) if match else 0
+
+
 def d_env_records(workdir: Path) -> dict[int, list[dict]]:
     """{epoch: D_env records} of a run ({} without a readable pool)."""
     from genenv_jax.workdir.pools import Pool
@@ -106,7 +116,9 @@ def task_scores(row: Mapping[str, Any], records: Sequence[dict] | None, levels: 
         return TaskScores(np.asarray([float(bool(r["in_band"])) for r in records]),
                           np.asarray([float(r["p_hat"]) for r in records]),
                           np.asarray([float(r["r_env"]) for r in records]),
-                          np.asarray([number.get(r["task"].get("category"), 0) for r in records], np.int64), "pool")
+                          np.asarray([number.get(r["task"].get("category"), 0) for r in records], np.int64), "pool",
+                          tuple(str(r.get("difficulty")) for r in records),
+                          np.asarray([seed_level(str(r.get("seed_id"))) for r in records], np.int64))
     share, tasks = _num(row.get("in_band_fraction")), _num(row.get("tasks"))
     if share is None or not tasks:
         return None
@@ -163,6 +175,18 @@ class RunData:
         """The level number of every accepted task of `epochs`."""
         return np.concatenate([np.zeros(0, np.int64)]
                               + [accepted_levels(self.run.rows[e], levels) for e in epochs if e in self.run.rows])
+
+
+    def shifts(self, epochs: Sequence[int]) -> dict[str, np.ndarray]:
+        """{asked direction: level minus seed level of each scored task of `epochs` whose seed level
+        is known}, directions sorted: does the simulator write what its prompt asks for?"""
+        out: dict[str, list[float]] = collections.defaultdict(list)
+        for s in (self.scores[e] for e in epochs if e in self.scores):
+            for asked, level, seed in zip(s.asked, s.levels if s.levels is not None else (), s.seed_levels
+                                          if s.seed_levels is not None else ()):
+                if level and seed:
+                    out[asked].append(float(level - seed))
+        return {k: np.asarray(v) for k, v in sorted(out.items())}
 
 
 def run_data(run: Run, levels: Sequence[str]) -> RunData:

@@ -22,11 +22,14 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
+
 from genenv_jax.core.errors import ArgumentParser, command
 from genenv_jax.study.aim_claims import BOOTSTRAP_NOTE, Decided, decide, heldout_epochs, moved
 from genenv_jax.study.aim_plots import PLOTS, write_plots
 from genenv_jax.study.arm_epochs import (PARSE_REASONS, SIMULATOR_KEYS, RunData, level_numbers, run_data,
                                          simulator_update)
+from genenv_jax.study.bootstrap import bootstrap_difference
 from genenv_jax.study.details import accuracy, heldout_items, read_items
 from genenv_jax.study.report import _fmt, _table
 from genenv_jax.study.results import Study, load_study
@@ -134,6 +137,20 @@ def movement(inp: Inputs) -> str:
                    "mean level: first -> last: last - first [95%]"], rows)
 
 
+def directions(inp: Inputs) -> str:
+    """Per run and direction the simulator was asked for: its scored tasks' level minus their seed's."""
+    rows = []
+    for d in inp.data:
+        for asked, shift in d.shifts(sorted(d.epochs)).items():
+            mean = bootstrap_difference(shift, [0.0])
+            shares = (np.mean(shift > 0), np.mean(shift == 0), np.mean(shift < 0))
+            rows.append([d.run.name, asked, str(len(shift)), mean.fmt()] + [_fmt(float(x)) for x in shares])
+    if not rows:
+        return "(No scored task with a known seed level yet.)"
+    return _table(["run", "asked", "tasks", "mean level - seed level [95%]", "share higher", "share same",
+                   "share lower"], rows)
+
+
 def per_epoch(inp: Inputs) -> str:
     """Per run and epoch: the simulator's output and the scores of the tasks the agent rolled out."""
     numbers, short = level_numbers(inp.study.levels), [f"L{n}" for n in level_numbers(inp.study.levels)]
@@ -219,7 +236,8 @@ def render(inp: Inputs, found: Sequence[Decided], images: Path, out: Path, templ
     """The template with every `{{section}}` line filled; ValueError for an unknown or unused section."""
     sections: dict[str, Callable[[], str]] = {
         "coverage": lambda: coverage(inp), "probe": lambda: probe(inp), "claims": lambda: claims(found),
-        "movement": lambda: movement(inp), "per_epoch": lambda: per_epoch(inp),
+        "movement": lambda: movement(inp), "directions": lambda: directions(inp),
+        "per_epoch": lambda: per_epoch(inp),
         "simulator_updates": lambda: simulator_updates(inp), "rejections": lambda: rejections(inp),
         "heldout": lambda: heldout(inp), "plots": lambda: plots(images, out)}
     named = re.findall(r"^\{\{(\w+)\}\}$", template, flags=re.M)
