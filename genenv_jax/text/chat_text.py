@@ -16,11 +16,15 @@ Message = dict[str, Any]  # a chat message: {"role": ..., "content": ...}
 class ChatPrompt:
     """Chat messages plus the tool schemas the chat template lists in the system turn.
 
-    Turn it into token ids with `tokenization.encode_chat(tokenizer, p.messages, p.tools)`.
+    Turn it into token ids with `ChatText.prompt`: the tokenizer's chat template renders `messages`
+    and `tools`, unless `text` is set. `text` is the prompt already written out in a benchmark's own
+    format (BFCL's handlers write Qwen's chat markup themselves, not through the template: see
+    docs/bfcl.md); the ids are then that text's tokens, and `messages` / `tools` only describe it.
     """
 
     messages: list[Message]
     tools: list[dict[str, Any]] | None = None
+    text: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +48,9 @@ class ChatText:
         return cls(tok, tokenization.pad_id(tok), tokenization.stop_ids(tok), tokenization.im_end_id(tok))
 
     def prompt(self, prompt: ChatPrompt) -> list[int]:
+        """The prompt's ids: its own `text` when it has one, else its messages through the chat template."""
+        if prompt.text is not None:
+            return tokenization.encode(self.tokenizer, prompt.text)
         return tokenization.encode_chat(self.tokenizer, prompt.messages, prompt.tools)
 
     def continuation(self, messages: Sequence[Message]) -> list[int]:

@@ -135,8 +135,9 @@ def domain_training_texts(domain, tokenizer_for_chat=None, splits=("train",)) ->
     for t in tasks:
         ap = domain.agent_prompt(t)
         sp = domain.simulator_prompt(t)
-        texts.append(render_chat(tokenizer_for_chat, ap.messages, ap.tools, add_generation_prompt=True)
-                     + domain.reference_response(t) + IM_END + "\n")
+        shown = ap.text if ap.text is not None else render_chat(tokenizer_for_chat, ap.messages, ap.tools,
+                                                                 add_generation_prompt=True)
+        texts.append(shown + domain.reference_response(t) + IM_END + "\n")
         texts.append(render_chat(tokenizer_for_chat, sp.messages, sp.tools, add_generation_prompt=True)
                      + domain.reference_generation(t) + IM_END + "\n")
     return texts
