@@ -6,7 +6,8 @@ imports every provider SDK BFCL supports (openai, anthropic, mistral, cohere, go
 several GB we do not install (`pip install --no-deps bfcl-eval`). We import the checker with a
 small stand-in module in `sys.modules` whose mapping answers `underscore_to_dot=False` for our
 model (Qwen's chat template keeps dotted names verbatim), then restore `sys.modules`, so the
-stand-in never leaks to other importers. The checker's own code is used unchanged.
+stand-in never leaks to other importers (`official.import_with_stand_ins`). The checker's own code
+is used unchanged.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ import copy
 import dataclasses
 import functools
 import importlib
-import sys
 import types
 from typing import Any, Mapping, Sequence
 
 from genenv_jax.core.json_text import MAX_JSON_DEPTH, json_nesting_depth
+from genenv_jax.domains.bfcl.official import import_with_stand_ins, stand_in
 from genenv_jax.text.tokenization import ToolCall
 
 _CHECKER_MODULE = "bfcl_eval.eval_checker.ast_eval.ast_checker"
@@ -34,34 +35,11 @@ class _ModelConfigMapping(dict):
         return types.SimpleNamespace(model_name=key, underscore_to_dot=False)
 
 
-def _stub_model_config_module() -> types.ModuleType:
-    module = types.ModuleType(_MODEL_CONFIG_MODULE)
-    module.__doc__ = "genenv_jax stand-in for bfcl_eval.constants.model_config (see bfcl_checker.py)"
-    module.MODEL_CONFIG_MAPPING = _ModelConfigMapping()
-    return module
-
-
 @functools.lru_cache(maxsize=1)
 def official_checker_module() -> types.ModuleType:
     """BFCL's `ast_checker` module, imported against the stand-in model-config module."""
-    saved = {name: sys.modules.pop(name) for name in (_CHECKER_MODULE, _MODEL_CONFIG_MODULE)
-             if name in sys.modules}
-    sys.modules[_MODEL_CONFIG_MODULE] = _stub_model_config_module()
-    try:
-        module = importlib.import_module(_CHECKER_MODULE)
-    finally:
-        sys.modules.pop(_MODEL_CONFIG_MODULE, None)
-        sys.modules.pop(_CHECKER_MODULE, None)
-        sys.modules.update(saved)
-        # The import also bound the module on its parent package; put the parent back as it was.
-        parent_name, _, child = _CHECKER_MODULE.rpartition(".")
-        parent = sys.modules.get(parent_name)
-        if parent is not None:
-            if _CHECKER_MODULE in saved:
-                setattr(parent, child, saved[_CHECKER_MODULE])
-            elif hasattr(parent, child):
-                delattr(parent, child)
-    return module
+    model_config = stand_in(_MODEL_CONFIG_MODULE, MODEL_CONFIG_MAPPING=_ModelConfigMapping())
+    return import_with_stand_ins(_CHECKER_MODULE, {_MODEL_CONFIG_MODULE: model_config})
 
 
 @dataclasses.dataclass(frozen=True)
