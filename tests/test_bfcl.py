@@ -198,10 +198,16 @@ def test_irrelevance_scores_on_absence_of_calls(domain, seeds):
     task = seeds["irrelevance_0"]
     assert domain.score(task, "None of the functions fit.") == 1.0
     assert domain.score(task, domain.reference_response(task)) == 1.0
-    details = domain.score_details(task, '<tool_call>{"name": "determine_body_mass_index", "arguments": '
-                                         '{"weight": 70.0, "height": 1.8}}</tool_call>').details
-    assert details["error_type"] == "irrelevance:made_a_call"
-    assert domain.score(task, '<tool_call>{"name": oops}</tool_call>') == 0.0  # malformed still attempts
+    call = '{"name": "determine_body_mass_index", "arguments": {"weight": 70.0, "height": 1.8}}'
+    details = domain.score_details(task, f"<tool_call>\n{call}\n</tool_call>").details
+    assert details["error_type"] == "irrelevance_error:decoder_success"
+    # BFCL reads only `<tool_call>\n...\n</tool_call>` and drops what is not JSON: neither is a call.
+    assert domain.score(task, f"<tool_call>{call}</tool_call>") == 1.0
+    assert domain.score(task, '<tool_call>\n{"name": oops}\n</tool_call>') == 1.0
+    lenient = BFCLDomain(decoding="lenient")  # this project's reading: any block attempts a call
+    assert lenient.score_details(task, f"<tool_call>{call}</tool_call>").details["error_type"] == \
+        "irrelevance:made_a_call"
+    assert lenient.score(task, '<tool_call>{"name": oops}</tool_call>') == 0.0  # malformed still attempts
 
 
 def test_score_details_explain_failures(domain, seeds):
@@ -209,11 +215,15 @@ def test_score_details_explain_failures(domain, seeds):
     good = '<tool_call>\n{"name": "calculate_triangle_area", "arguments": {"base": 10, "height": 5}}\n</tool_call>'
     assert domain.score(task, good) == 1.0
     assert domain.score(task, "Sure, " + good.replace("10", "10.0")) == 0.0  # float for an integer
-    malformed = domain.score_details(task, good + '<tool_call>{"name": </tool_call>')
-    assert malformed.reward == 0.0 and malformed.details["error_type"] == "parse_error:invalid_json"
+    malformed = good + '<tool_call>{"name": </tool_call>'
+    assert domain.score(task, malformed) == 1.0  # BFCL does not read the second block
+    broken = domain.score_details(task, '<tool_call>\n{"name": "calculate_triangle_area"}\n</tool_call>')
+    assert broken.reward == 0.0 and broken.details["error_type"] == "ast_decoder:decoder_failed"
     wrong = domain.score_details(task, good.replace('"base": 10', '"base": 11'))
     assert wrong.reward == 0.0 and wrong.details["error_type"] == "value_error:others"
     assert domain.score_details(task, "no call").details["error_type"] == "simple_function_checker:wrong_count"
+    lenient = BFCLDomain(decoding="lenient").score_details(task, malformed)
+    assert lenient.reward == 0.0 and lenient.details["error_type"] == "parse_error:invalid_json"
 
 
 # ------------------------------------------------------------------------ agent side
@@ -236,12 +246,12 @@ def test_agent_prompt_renders_with_tokenizer(domain, seeds):
     from genenv_jax.text import tokenization as tk
     tok = tk.load_tokenizer()
     task = seeds["multiple_0"]
-    p = domain.agent_prompt(task)
-    text = tk.render_chat(tok, p.messages, p.tools)
-    system = text.split("<|im_end|>")[0]
-    assert '"name": "triangle_properties.get"' in system and '"name": "circle_properties.get"' in system
-    assert text.endswith("<|im_start|>user\n" + task.prompt["question"][0]["content"]
-                         + "<|im_end|>\n<|im_start|>assistant\n")
+    for p in (domain.agent_prompt(task), BFCLDomain(prompt_format="qwen25_template").agent_prompt(task)):
+        text = p.text if p.text is not None else tk.render_chat(tok, p.messages, p.tools)
+        system = text.split("<|im_end|>")[0]
+        assert '"name": "triangle_properties.get"' in system and '"name": "circle_properties.get"' in system
+        assert text.endswith("<|im_start|>user\n" + task.prompt["question"][0]["content"]
+                             + "<|im_end|>\n<|im_start|>assistant\n")
 
 
 # ------------------------------------------------------------------------ simulator side

@@ -11,6 +11,7 @@ import pytest
 from genenv_jax import evaluation
 from genenv_jax.core.errors import CommandError
 from genenv_jax.text import tokenization
+from genenv_jax.text.chat_text import ChatText
 from genenv_jax.domains.base import (ChatPrompt, Domain, Environment, ScoreResult, StepOutcome, Task,
                                      last_assistant_text)
 from genenv_jax.domains.bfcl.domain import BFCLDomain
@@ -68,7 +69,7 @@ def test_evaluate_scores_reference_responses_perfectly(tok, tmp_path):
     answers = {}
     for t in tasks:
         p = domain.agent_prompt(t)
-        answers[tuple(tokenization.encode_chat(tok, p.messages, p.tools))] = \
+        answers[tuple(ChatText.of(tok).prompt(p))] = \
             tokenization.encode(tok, domain.reference_response(t)) + [tokenization.im_end_id(tok)]
     stops = tokenization.stop_ids(tok)
 
@@ -112,9 +113,10 @@ def test_cli_end_to_end_on_tiny_random_model(tmp_path, capsys):
     assert data["config"]["decoding"] == "greedy" and data["config"]["preset"] == "tiny"
     items = [json.loads(line) for line in (out / "items.jsonl").read_text().splitlines()]
     assert len(items) == 10 and all(it["response_tokens"] <= 3 for it in items)
-    # live_multiple_8-4-0 (1303 prompt tokens) and live_irrelevance_103-3-0 (1837) exceed the cap.
+    # In the default prompt format (bfcl_fc_qwen25, docs indented) live_multiple_8-4-0 (1733 prompt
+    # tokens), live_irrelevance_103-3-0 (2182) and live_parallel_multiple_1-1-0 (874) exceed the cap.
     assert sorted(it["task_id"] for it in items if it["error_type"] == "prompt_too_long") == \
-        ["live_irrelevance_103-3-0", "live_multiple_8-4-0"]
+        ["live_irrelevance_103-3-0", "live_multiple_8-4-0", "live_parallel_multiple_1-1-0"]
     assert "| summary | accuracy |" in (out / "results.md").read_text()
     assert "wrote" in capsys.readouterr().out
 

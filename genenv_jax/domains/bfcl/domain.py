@@ -1,8 +1,10 @@
 """BFCL (Berkeley Function Calling Leaderboard) v4 single-turn categories as a GenEnv domain.
 
 Seeds come from the data shipped in `bfcl-eval`; the agent sees the question with the function
-docs as tools in Qwen2.5's chat format and answers with `<tool_call>` blocks; R_agent is BFCL's
-official AST checker on the parsed calls (irrelevance categories: success means no call). The
+docs in the prompt format of one of BFCL's Qwen handlers (`prompts.py`; mode "fc": tools in the
+system turn, calls in `<tool_call>` blocks; mode "prompting": BFCL's system prompt, calls as
+`[func(a=v)]`), and R_agent is BFCL's verdict on the reply: its own decoding (`replies.py`) and
+official AST checker (irrelevance categories: success means no call). The
 simulator is shown one seed in BFCL's own JSON format and asked for a variant in the same format,
 which `parse_task` validates (bfcl_schema.py) before it becomes a task.
 
@@ -18,7 +20,7 @@ import json
 from typing import Any, Mapping, Sequence
 
 from genenv_jax.core.config_checks import name_list
-from genenv_jax.domains.bfcl import data as bfcl_data, grounding, schema as bfcl_schema
+from genenv_jax.domains.bfcl import data as bfcl_data, grounding, prompts, replies, schema as bfcl_schema
 from genenv_jax.domains.base import (ChatPrompt, Domain, Invalid, Rejection, ScoreResult, Task, curriculum_line,
                                      next_sibling)
 from genenv_jax.domains.bfcl.checker import check_calls
@@ -76,6 +78,12 @@ class BFCLDomain(Domain):
         does not state (`grounding.py`): "reject" (default; reason `ungrounded_answer`), "record"
         (accepted, flagged in its metadata and counted by the loop as `flagged/ungrounded_answer`:
         measures the rule without applying it) or "off".
+      mode: "fc" (default; BFCL's function-calling handler) or "prompting" (BFCL's prompting
+        handler: the calls as Python syntax in the text).
+      prompt_format: a format of `prompts.FORMATS[mode]`; default the one behind the published
+        Qwen2.5 figures (`bfcl_fc_qwen25`, `bfcl_prompting_qwen25`; docs/bfcl.md says why).
+      decoding: "bfcl" (default; BFCL's own reading of the reply, quirks included: `replies.py`) or
+        "lenient" (fc only: every `<tool_call>` block read, a malformed one fails the reply).
     """
 
     name = DOMAIN_NAME
@@ -84,7 +92,8 @@ class BFCLDomain(Domain):
     def __init__(self, categories: Sequence[str] = CATEGORIES,
                  split_fractions: SplitFractions = SplitFractions(),
                  split_salt: str = bfcl_data.DEFAULT_SPLIT_SALT, validation: str = "strict",
-                 grounding: str = "reject"):
+                 grounding: str = "reject", mode: str = "fc", prompt_format: str | None = None,
+                 decoding: str = "bfcl"):
         categories = name_list(categories, "bfcl: categories")
         unknown = [c for c in categories if c not in CATEGORIES]
         if unknown:
@@ -93,7 +102,17 @@ class BFCLDomain(Domain):
             raise ValueError(f"validation {validation!r} not in {bfcl_schema.VALIDATION_LEVELS}")
         if grounding not in GROUNDING_MODES:
             raise ValueError(f"grounding {grounding!r} not in {GROUNDING_MODES}")
+        if mode not in prompts.MODES:
+            raise ValueError(f"bfcl mode {mode!r}: expected one of {prompts.MODES}")
+        prompt_format = prompts.DEFAULT_FORMATS[mode] if prompt_format is None else prompt_format
+        if prompt_format not in prompts.FORMATS[mode]:
+            raise ValueError(f"bfcl prompt_format {prompt_format!r}: mode {mode!r} takes one of {prompts.FORMATS[mode]}")
+        if decoding not in replies.DECODINGS:
+            raise ValueError(f"bfcl decoding {decoding!r}: expected one of {replies.DECODINGS}")
+        if decoding == "lenient" and mode != "fc":
+            raise ValueError("bfcl decoding 'lenient' reads <tool_call> blocks: it needs mode 'fc'")
         self.grounding = grounding
+        self.mode, self.prompt_format, self.decoding = mode, prompt_format, decoding
         self.categories = tuple(categories)
         self.split_fractions = split_fractions
         self.split_salt = split_salt
@@ -119,12 +138,27 @@ class BFCLDomain(Domain):
 
     # ------------------------------------------------------------------ agent side
     def agent_prompt(self, task: Task) -> ChatPrompt:
-        """The question's messages, with the function docs as tools (BFCL's Python hint appended)."""
-        return ChatPrompt(messages=copy.deepcopy(task.prompt["question"]),
-                          tools=_python_hinted(task.prompt["functions"]) or None)
+        """The question with its function docs (BFCL's Python hint appended) in this domain's prompt format."""
+        return prompts.agent_prompt(self.prompt_format, task.prompt["question"],
+                                    _python_hinted(task.prompt["functions"]), task.task_id)
 
     def score_details(self, task: Task, response: str) -> ScoreResult:
-        """1.0 if the response's calls pass the official checker (irrelevance: if it makes no call)."""
+        """1.0 if BFCL's pipeline accepts the reply (irrelevance: if it makes no call); `decoding="lenient"`
+        reads it with this project's own tool-call parser instead."""
+        if self.decoding == "lenient":
+            return self._lenient_score(task, response)
+        decoded = replies.decode(response, self.mode)
+        valid, error_type, errors = replies.judge(decoded, task.prompt["functions"], task.verifier["ground_truth"],
+                                                  task.category, task.category in IRRELEVANCE_CATEGORIES)
+        details: dict[str, Any] = {"decoded": replies.json_safe(decoded.output),
+                                   "decode_error": replies.json_safe(decoded.error), "error_type": error_type}
+        if not valid and errors:
+            details["checker_errors"] = replies.json_safe(errors[:5])
+        return ScoreResult(float(valid), details)
+
+    def _lenient_score(self, task: Task, response: str) -> ScoreResult:
+        """This project's reading before issue 50: every `<tool_call>` block parsed (whitespace and
+        newlines optional, names stripped), a malformed block fails the reply, `</think>` not special."""
         parsed = parse_tool_calls(response)
         details: dict[str, Any] = {
             "calls": [c.to_json() for c in parsed.calls],
@@ -144,10 +178,12 @@ class BFCLDomain(Domain):
         return ScoreResult(float(result.valid), details)
 
     def reference_response(self, task: Task) -> str:
-        """The ground truth as `<tool_call>` blocks (first acceptable values), or a no-call reply."""
+        """The ground truth (first acceptable values) as `<tool_call>` blocks, or in prompting mode as
+        `[func(a=v)]`; a no-call reply for irrelevance."""
         if task.category in IRRELEVANCE_CATEGORIES or not task.verifier["ground_truth"]:
             return NO_CALL_RESPONSE
-        return render_tool_calls(bfcl_schema.reference_calls(task.prompt["functions"], task.verifier["ground_truth"]))
+        calls = bfcl_schema.reference_calls(task.prompt["functions"], task.verifier["ground_truth"])
+        return replies.python_calls(calls) if self.mode == "prompting" else render_tool_calls(calls)
 
     def summary(self, per_category: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
         """BFCL-style aggregates of {category: {"n", "correct", "accuracy"}}.
