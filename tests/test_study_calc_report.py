@@ -254,7 +254,10 @@ def test_the_full_report_shows_each_arm(tmp_path):
     assert "(No probe summary was given to the generator: `--probe`.)" in md
     assert "### static-a0.5-s0" in md and "no generations to count" in md
     assert "| 1 | 1 | 3 | 0.2500 | - |" in md and "| 2 | 0 | - | - | no in-band tasks |" in md
-    assert "| genenv-a0.5-s0 | 7 | 76.0 |" not in md and "| base (untrained) | - |" in md
+    assert "| base (untrained) | - |" in md
+    half = Proportion(2, 4).fmt()  # the start: 6 of 12 solved, 2 of the 4 at each level
+    assert (f"the easiest level (level_1) scores {half} and the hardest (level_3) {half}: the span asked for "
+            "(at least 0.8 down to at most 0.2) does not hold.") in md
     summary = json.loads((tmp_path / "img" / "summary.json").read_text())
     assert summary["runs"]["static-a0.5-s0"]["0"]["generated"] is None
     assert [c["verdict"] for c in summary["claims"]][:2] == ["holds", "holds"]

@@ -224,7 +224,23 @@ def heldout(inp: Inputs) -> str:
                         + [_fmt(accuracy(items, lv).value) for lv in levels])
     if not rows:
         return "(No held-out evaluation yet.)"
-    return _table(["model", "after epoch", "accuracy [95%] (solved/items)"] + levels, rows)
+    return _table(["model", "after epoch", "accuracy [95%] (solved/items)"] + levels, rows) + span_check(inp)
+
+
+def span_check(inp: Inputs) -> str:
+    """Whether the agent's accuracy at the start spans the levels as the issue asks (easiest level
+    >= 0.8, hardest <= 0.2), from the first run's held-out items at the start ('' without any)."""
+    first = next((d for d in inp.data if heldout_items(d.run.workdir, -1)), None)
+    if first is None or not inp.study.levels:
+        return ""
+    items = heldout_items(first.run.workdir, -1)
+    easy, hard = (accuracy(items, inp.study.levels[i]) for i in (0, -1))
+    if easy.value is None or hard.value is None:
+        return ""
+    holds = easy.value >= 0.8 and hard.value <= 0.2
+    return (f"\n\nAt the start ({first.run.name}, after the format warm-start) the easiest level "
+            f"({inp.study.levels[0]}) scores {easy.fmt()} and the hardest ({inp.study.levels[-1]}) {hard.fmt()}: "
+            f"the span asked for (at least 0.8 down to at most 0.2) {'holds' if holds else 'does not hold'}.")
 
 
 def plots(images: Path, out: Path) -> str:
