@@ -227,5 +227,7 @@ def test_cli_evaluates_peft_adapters_over_a_base_as_the_merged_model(tmp_path, c
     # one line and exit status 2 (they raised SystemExit(text), exit status 1, before the shared error path)
     assert evaluation.main(["--preset=tiny", f"--adapter_dir={tmp_path / 'adapters'}", f"--out={tmp_path / 'x'}"]) == 2
     assert "--adapter_dir needs --model_dir" in capsys.readouterr().err
-    assert evaluation.main([f"--model_dir={tmp_path / 'base'}", f"--adapter_dir={tmp_path}", f"--out={tmp_path / 'x'}"]) == 2
+    (tmp_path / "no_adapters").mkdir()
+    assert evaluation.main([f"--model_dir={tmp_path / 'base'}", f"--adapter_dir={tmp_path / 'no_adapters'}",
+                            f"--out={tmp_path / 'x'}"]) == 2
     assert re.search(r"error: --adapter_dir: .*missing", capsys.readouterr().err)
