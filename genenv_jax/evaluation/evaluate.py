@@ -19,7 +19,6 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from genenv_jax.workdir import storage
 from genenv_jax.text import tokenization
 from genenv_jax.text.chat_text import ChatText
 from genenv_jax.domains.base import Domain, Task
@@ -273,50 +272,9 @@ def load_run_agent(run_dir: str | os.PathLike, epoch: int | None = None) -> tupl
     the model config from the checkpoint's config snapshot, the params FSDP-sharded over every device
     of every process (the default mesh), so greedy decoding runs over the global mesh multi-host too.
     A LoRA run's checkpoint holds adapters: its base is rebuilt from the saved config, checked
-    against the digest the run recorded, and returned with the adapters merged in."""
-    from genenv_jax.workdir.checkpoints import Checkpointer
-    from genenv_jax.models import param_shapes
-    from genenv_jax.models.partitioning import param_shardings
-    from genenv_jax.parallel import MeshConfig, abstract_like, make_mesh
-    from genenv_jax.configs.run_config import saved_init_seed, saved_policy_settings
+    against the digest the run recorded, and returned with the adapters merged in
+    (`evaluation.run_policy.load_run_policy`)."""
+    from genenv_jax.evaluation.run_policy import load_run_policy
 
-    ckpt = Checkpointer(storage.as_path(run_dir) / "checkpoints", async_save=False)
-    try:
-        epoch = ckpt.latest_epoch() if epoch is None else epoch
-        if epoch is None:
-            raise FileNotFoundError(f"{run_dir}: no checkpoints under {ckpt.directory}")
-        meta = ckpt.metadata(epoch)
-        settings = saved_policy_settings(meta["config"], "agent")
-        cfg, mesh = settings.model_config(), make_mesh(MeshConfig())
-        if settings.lora.enabled:
-            return cfg, _merged_run_agent(ckpt, epoch, meta, settings, cfg, mesh, saved_init_seed(meta["config"])), epoch
-        target = abstract_like(param_shapes(cfg), param_shardings(cfg, mesh))
-        return cfg, ckpt.restore_item(epoch, "agent_params", target), epoch
-    finally:
-        ckpt.close()
-
-
-def _merged_run_agent(ckpt, epoch: int, meta: Mapping[str, Any], settings, cfg: ModelConfig, mesh, init_seed: int):
-    """A LoRA run's agent as merged params: the base rebuilt as the loop builds it, its digest
-    checked against the checkpoint's record, the checkpointed adapters folded in."""
-    import jax
-
-    from genenv_jax.models import lora
-    from genenv_jax.models.loading import initial_params
-    from genenv_jax.models.partitioning import adapter_shardings, param_shardings
-    from genenv_jax.parallel import abstract_like
-    from genenv_jax.workdir.checkpoint_digests import tree_digest
-
-    base = initial_params(cfg, mesh, model_dir=settings.model_dir, seed=init_seed)
-    saved = (meta.get("bases") or {}).get("agent")
-    digest = tree_digest(base)
-    if saved is None or saved["digest"] != digest:
-        recorded = "no base digest" if saved is None else f"base {saved['digest']} ({saved['source']})"
-        raise ValueError(f"{ckpt.directory}: the agent's LoRA adapters of epoch {epoch} were trained on {recorded}, "
-                         f"but its saved config rebuilds base {digest} ({settings.model_dir or settings.preset}); "
-                         "is the model source still the one the run used?")
-    target = abstract_like(lora.adapter_shapes(cfg, settings.lora), adapter_shardings(cfg, settings.lora, mesh))
-    adapters = ckpt.restore_item(epoch, "agent_params", target)
-    merge = jax.jit(lambda b, a: lora.merge(b, a, cfg.lora_scale), out_shardings=param_shardings(cfg, mesh),
-                    donate_argnums=0)
-    return merge(base, adapters)
+    policy = load_run_policy(run_dir, "agent", epoch)
+    return policy.cfg, policy.merged(), policy.epoch
