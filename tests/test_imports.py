@@ -25,7 +25,7 @@ LAYERS = (
     ("episodes", "dreamgym"),
     ("configs",),
     ("cli", "evaluation"),
-    ("loop",),
+    ("loop", "export"),
     ("main",),
     ("study", "tools"),
 )

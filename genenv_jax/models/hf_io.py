@@ -96,17 +96,23 @@ def _set(tree: dict, path: tuple[str, ...], value) -> None:
     tree[path[-1]] = value
 
 
-def _check_tensors(cfg: ModelConfig, reader: SafetensorsReader, maps: list[_Mapping], allow_cast: bool) -> None:
-    """Every expected tensor present with its HF shape and a float dtype (integer / bool only with
-    `allow_cast`); nothing unexpected. Errors name the tensor and its file."""
+def hf_tensor_shapes(cfg: ModelConfig, maps: list[_Mapping] | None = None) -> dict[str, tuple[int, ...]]:
+    """HF name -> HF shape of every tensor of `cfg`'s checkpoint, in the order `hf_tensors` yields them."""
     shapes = param_shapes(cfg)
     expected: dict[str, tuple[int, ...]] = {}
-    for m in maps:
+    for m in maps or _mappings(cfg):
         ours = _get(shapes, m.path).shape
         per_layer = ours[1:] if m.stacked else ours
         hf_shape = m.to_hf(np.empty(per_layer, np.int8)).shape
         for name in _hf_names(cfg, m):
             expected[name] = tuple(hf_shape)
+    return expected
+
+
+def _check_tensors(cfg: ModelConfig, reader: SafetensorsReader, maps: list[_Mapping], allow_cast: bool) -> None:
+    """Every expected tensor present with its HF shape and a float dtype (integer / bool only with
+    `allow_cast`); nothing unexpected. Errors name the tensor and its file."""
+    expected = hf_tensor_shapes(cfg, maps)
     where = reader.model_dir
     missing = sorted(set(expected) - set(reader.file_of))
     if missing:
@@ -207,8 +213,9 @@ def _load_stacked(cfg, m: _Mapping, shape, sharding, np_dtype, converted) -> jax
     return stacked
 
 
-def _hf_tensors(cfg: ModelConfig, params: Params) -> Iterator[tuple[str, np.ndarray]]:
-    """(HF name, tensor) pairs in HF layout, one param on the host at a time."""
+def hf_tensors(cfg: ModelConfig, params: Params) -> Iterator[tuple[str, np.ndarray]]:
+    """(HF name, tensor) pairs in HF layout, one param on the host at a time (save_hf writes them
+    as safetensors, `export.gguf_writer` as GGUF)."""
     for m in _mappings(cfg):
         value = to_host(_get(params, m.path))
         if m.stacked:
@@ -243,7 +250,7 @@ def save_hf(cfg: ModelConfig, params: Params, model_dir: str | os.PathLike,
         shards[-1], sizes[-1] = {}, 0
 
     total = 0
-    for name, tensor in _hf_tensors(cfg, params):
+    for name, tensor in hf_tensors(cfg, params):
         if sizes[-1] and sizes[-1] + tensor.nbytes > max_shard_bytes:
             flush()
         shards[-1][name] = tensor
