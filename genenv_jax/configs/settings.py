@@ -19,6 +19,7 @@ from genenv_jax.models.config import ATTENTION_KERNELS, REMAT_POLICIES
 from genenv_jax.models.lora import LoRAConfig
 from genenv_jax.models.loading import model_config as source_model_config
 from genenv_jax.rl import GRPOConfig, OptimizerConfig, RWRConfig
+from genenv_jax.workdir.trackers import DEFAULT_TRACKERS, trackers_problem
 
 DTYPES = ("float32", "bfloat16", "float16")
 SEED_ORDERS = ("file", "shortest", "interleaved")
@@ -242,5 +243,20 @@ class CheckpointSettings:
 
 @dataclasses.dataclass(frozen=True)
 class LogSettings:
+    """What a run writes beside its checkpoints; `trackers`: where each epoch's metrics row goes
+    (docs/trackers.md). A tracker whose package is missing is refused here, before any work."""
+
     samples_per_epoch: int = setting(16, "sampled episodes written per epoch", minimum=0)
     progress_bars: bool = setting(True, "tqdm bars on a terminal")
+    trackers: tuple[str, ...] = setting(DEFAULT_TRACKERS, "jsonl (metrics.jsonl, the record: required) | "
+                                        "tensorboard | wandb (offline, <workdir>/wandb) | mlflow "
+                                        "(log.mlflow_tracking_uri); e.g. jsonl,tensorboard,wandb,mlflow")
+    wandb_project: str = setting("genenv_jax", "the W&B project of the offline run (where `wandb sync` uploads it)")
+    mlflow_tracking_uri: str = setting("", "'' -> sqlite:///<workdir>/mlflow.db; else an MLflow tracking URI (a "
+                                           "shared sqlite file, a tracking server)")
+    mlflow_experiment: str = setting("genenv_jax", "the MLflow experiment the run is logged under")
+
+    def __post_init__(self):
+        problem = trackers_problem(self.trackers, self.mlflow_tracking_uri)
+        if problem:
+            raise ValueError(problem)

@@ -307,10 +307,11 @@ class CoEvolution:
         c = self.config
         try:
             state = self.load_or_init()
+            metrics = MetricsWriter(self.workdir, enabled=is_writer(), log=c.log, config=c.snapshot,
+                                    settled=self.checkpointer.finished_epoch)  # trackers get checkpointed rows
         except BaseException:
             self.checkpointer.close()
             raise
-        metrics = MetricsWriter(self.workdir, enabled=is_writer())
         try:
             if state.epoch == -1 and (state.warm_started or self.heldout.tasks):  # the starting point
                 metrics.write(-1, self.warmstart_metrics | self._starting_heldout(state))

@@ -94,6 +94,8 @@ SAFE_TO_CHANGE = ("epochs", "allow_config_change", "log.", "checkpoint.", "mesh.
 ADDED_LATER = {"new_tasks_per_epoch": 0, "init_seed": -1, "warmstart.spell_added_tokens": False,
                "simulator_feedback": "results", "simulator.train.objective": "rwr",
                "simulator.train.invalid_reward": 0.0,
+               "log.trackers": ["jsonl", "tensorboard"], "log.wandb_project": "genenv_jax",
+               "log.mlflow_tracking_uri": "", "log.mlflow_experiment": "genenv_jax",
                **{f"simulator.train.grpo.{k}": v for k, v in policy_defaults("simulator")["train"]["grpo"].items()},
                **{f"{policy}.train.{key}": value for policy in ("agent", "simulator", "experience")
                   for key, value in (("pad_per_step", False), ("tasks_per_epoch", 0))}}

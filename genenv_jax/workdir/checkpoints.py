@@ -153,6 +153,16 @@ class Checkpointer:
     def all_epochs(self) -> list[int]:
         return sorted(self._manager.all_steps())
 
+    def finished_epoch(self) -> int | None:
+        """The newest epoch whose checkpoint is wholly on disk: `latest_epoch` less a save still being
+        written in the background (a kill now would resume from the one before). The experiment
+        trackers take rows up to it (`workdir.metrics.MetricsWriter`)."""
+        epochs = self.all_epochs()
+        in_progress = getattr(self._manager, "is_saving_in_progress", lambda: True)
+        if self._pending_epoch is not None and in_progress():
+            epochs = [epoch for epoch in epochs if epoch != self._pending_epoch]
+        return epochs[-1] if epochs else None
+
     def _require_epoch(self, epoch: int) -> None:
         if epoch not in self._manager.all_steps():
             raise CheckpointError(f"no checkpoint of epoch {epoch} in {self.directory} (have {self.all_epochs()})")

@@ -1,11 +1,13 @@
-"""Run metrics: TensorBoard events + metrics.jsonl per epoch, a PNG of the curves, a summary table.
+"""Run metrics: metrics.jsonl per epoch and the trackers fed from it (TensorBoard events; W&B and
+MLflow, `genenv_jax.workdir.trackers`), a PNG of the curves, a summary table.
 
 metrics.jsonl holds one validated row per line ({"epoch": int >= -1, name: scalar | str | None}).
 Reading never changes the file; `truncate_metrics` (resume) keeps a file with bad lines aside
 before rewriting its valid rows, so no row is ever dropped silently. A gs:// workdir works too
 (`genenv_jax.workdir.storage`): each row rewrites the whole object (GCS objects cannot be appended), and
 so does each row's TensorBoard events. The events are derived data: rebuilt from metrics.jsonl whenever
-a writer opens, so kills and resumes never lose or double them.
+a writer opens, so kills and resumes never lose or double them; W&B and MLflow points, which cannot
+be taken back, are sent once each row is settled, each point once (docs/trackers.md).
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ import math
 import numbers
 import os
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from genenv_jax.workdir import storage
 from genenv_jax.workdir.storage import AnyPath
+from genenv_jax.workdir.trackers import DEFAULT_TRACKERS, open_feeds
 
 METRICS_FILE = "metrics.jsonl"
 HELDOUT_DIR = "heldout"  # <workdir>/heldout/: the held-out items of each evaluation (`heldout_items_file`)
@@ -88,41 +91,82 @@ def validate_row(row: Any) -> dict:
 
 
 class MetricsWriter:
-    """Appends one JSON line per epoch to `metrics.jsonl` and mirrors its scalars to TensorBoard
-    (<workdir>/tensorboard), whose events always equal the file's rows: on opening the events are
-    rebuilt from metrics.jsonl (which resume has truncated to the checkpoint), and each row's
-    events are on disk before `write` returns (`genenv_jax.workdir.tensorboard_events`)."""
+    """The one writer of a run's metrics: appends one JSON line per epoch to `metrics.jsonl` (the
+    source of truth) and copies its scalars to the trackers `log.trackers` names.
 
-    def __init__(self, workdir: str | os.PathLike, enabled: bool = True):
+    - tensorboard: <workdir>/tensorboard, whose events always equal the file's rows: on opening the
+      events are rebuilt from metrics.jsonl (which resume has truncated to the checkpoint), and each
+      row's events are on disk before `write` returns (`genenv_jax.workdir.tensorboard_events`);
+    - wandb, mlflow: fed each settled row once (`genenv_jax.workdir.trackers`): rows of epochs <=
+      `settled()` (the newest finished checkpoint's epoch; None: none yet), after every write and on
+      close. Without `settled`, every written row is settled at once.
+
+    `log` is the run config's log section (None: jsonl and tensorboard); `config` the run's config
+    snapshot, recorded with a new W&B or MLflow run."""
+
+    def __init__(self, workdir: str | os.PathLike, enabled: bool = True, *, log: Any = None,
+                 config: Mapping[str, Any] | None = None, settled: Callable[[], int | None] | None = None):
         self.workdir = storage.as_path(workdir)
         self.path = self.workdir / METRICS_FILE
         self.enabled = enabled
+        self.trackers = tuple(getattr(log, "trackers", DEFAULT_TRACKERS))
+        self._settled = settled
         self._events = None
+        self._feeds: list = []
+        self._rows: dict[int, dict[str, float]] = {}  # epoch -> scalars of each valid row of metrics.jsonl
         if enabled:
-            from genenv_jax.workdir.tensorboard_events import EventLog  # imports tensorboardX: only on writers
+            storage.makedirs(self.workdir)
+            self._rows = {row["epoch"]: tensorboard_scalars(row) for row in parse_metrics(self.path).upto(None)}
+            if "tensorboard" in self.trackers:
+                from genenv_jax.workdir.tensorboard_events import EventLog  # imports tensorboardX: only on writers
 
-            self._events = EventLog(self.workdir / TENSORBOARD_DIR, self._rows_scalars())
+                self._events = EventLog(self.workdir / TENSORBOARD_DIR, self._rows_scalars())
+            self._feeds = open_feeds(self.workdir, self.trackers, self._rows_scalars(), log, config)
+            self._feed()
 
     def write(self, epoch: int, metrics: Mapping[str, Any]) -> None:
-        """Appends (and fsyncs; on GCS rewrites) the row of `epoch`, then its TensorBoard events;
-        BadMetricsRow, before writing, for a value that is not a scalar, so the file only ever
-        holds rows `read_metrics` accepts."""
+        """Appends (and fsyncs; on GCS rewrites) the row of `epoch`, then its TensorBoard events,
+        then feeds the trackers what is settled; BadMetricsRow, before writing, for a value that is
+        not a scalar, so the file only ever holds rows `read_metrics` accepts."""
         if "epoch" in metrics:
             raise BadMetricsRow("metrics may not contain the key 'epoch' (the row's own epoch)")
         row = validate_row({"epoch": epoch, **{k: _row_value(k, v) for k, v in metrics.items()}})
         if self.enabled:
             storage.append_text(self.path, json.dumps(row) + "\n")
-            if epoch in self._events.steps:  # a row replaced (the later one wins): no second value
-                self._events.rebuild(self._rows_scalars())
-            else:
-                self._events.add(epoch, tensorboard_scalars(row))
+            replaced = epoch in self._rows
+            self._rows[epoch] = tensorboard_scalars(row)
+            if self._events is not None:
+                if replaced:  # a row replaced (the later one wins): no second value
+                    self._events.rebuild(self._rows_scalars())
+                else:
+                    self._events.add(epoch, self._rows[epoch])
+            self._feed()
 
     def _rows_scalars(self) -> list[tuple[int, dict[str, float]]]:
         """(epoch, scalars) of every valid row of metrics.jsonl, in epoch order."""
-        return [(row["epoch"], tensorboard_scalars(row)) for row in parse_metrics(self.path).upto(None)]
+        return sorted(self._rows.items())
+
+    def _settled_rows(self) -> list[tuple[int, dict[str, float]]]:
+        """The rows the trackers may hold: every row, or those of epochs <= `settled()`."""
+        upto = math.inf if self._settled is None else self._settled()
+        return [] if upto is None else [(epoch, scalars) for epoch, scalars in self._rows_scalars() if epoch <= upto]
+
+    def _feed(self) -> None:
+        """Sends the trackers the settled points they lack."""
+        if self._feeds:
+            rows = self._settled_rows()
+            for feed in self._feeds:
+                feed.feed(rows)
 
     def close(self) -> None:
-        """Nothing is buffered (each write is durable); kept so callers close what they open."""
+        """Feeds the trackers the rows settled by now and finishes their runs (the jsonl and
+        TensorBoard writes are durable as they happen: nothing of theirs is buffered)."""
+        try:
+            self._feed()
+        finally:
+            feeds, self._feeds = self._feeds, []
+            for feed in feeds:
+                feed.close()
 
 
 def tensorboard_scalars(row: Mapping[str, Any]) -> dict[str, float]:
