@@ -311,3 +311,27 @@ def test_gguf_tokenizer_fields_pad_to_the_embedding_and_refuse_other_tokenizers(
     spm.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback()])
     with pytest.raises(ValueError, match="not a byte-level BPE"):
         tokenizer_fields(PreTrainedTokenizerFast(tokenizer_object=spm), 8)
+
+
+@pytest.mark.slow
+def test_gguf_of_a_qwen25_vocabulary_model_carries_the_qwen25_tokenizer(tmp_path):
+    """With Qwen2.5's own tokenizer (151,665 tokens in 151,936 embedding rows): our reader knows the
+    file's vocabulary as the bundled one, and transformers' GGUF tokenizer encodes and renders chat
+    like it."""
+    from transformers import AutoTokenizer
+
+    from genenv_jax.export.gguf_writer import write_gguf
+    from genenv_jax.models import init_params, preset
+    from genenv_jax.text.gguf_tokenizer import GGUFFields, matches_bundled_vocabulary
+    from genenv_jax.text.tokenization import load_tokenizer
+
+    cfg = preset("tiny", param_dtype="float32", dtype="float32")
+    tok = load_tokenizer()
+    path = write_gguf(cfg, init_params(cfg, jax.random.key(0)), tok, tmp_path / "tiny.gguf", "q8_0")
+    assert matches_bundled_vocabulary(GGUFFields(path))
+    theirs = AutoTokenizer.from_pretrained(str(tmp_path), gguf_file="tiny.gguf")
+    text = 'Hello <tool_call>{"name": "f"}</tool_call> 你好 <|im_end|>'
+    assert theirs.encode(text) == tok.encode(text)
+    messages = [{"role": "user", "content": "hi"}]
+    assert theirs.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == \
+        tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
