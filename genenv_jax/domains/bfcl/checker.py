@@ -20,26 +20,17 @@ import types
 from typing import Any, Mapping, Sequence
 
 from genenv_jax.core.json_text import MAX_JSON_DEPTH, json_nesting_depth
-from genenv_jax.domains.bfcl.official import import_with_stand_ins, stand_in
+from genenv_jax.domains.bfcl.official import MODEL_CONFIG_MODULE, import_with_stand_ins, model_config_stand_in
 from genenv_jax.text.tokenization import ToolCall
 
 _CHECKER_MODULE = "bfcl_eval.eval_checker.ast_eval.ast_checker"
-_MODEL_CONFIG_MODULE = "bfcl_eval.constants.model_config"
 MODEL_NAME = "genenv_jax"  # the name we pass to the checker; any name maps to underscore_to_dot=False
-
-
-class _ModelConfigMapping(dict):
-    """MODEL_CONFIG_MAPPING stand-in: every model keeps dotted function names (no '.' -> '_')."""
-
-    def __missing__(self, key: str) -> Any:
-        return types.SimpleNamespace(model_name=key, underscore_to_dot=False)
 
 
 @functools.lru_cache(maxsize=1)
 def official_checker_module() -> types.ModuleType:
     """BFCL's `ast_checker` module, imported against the stand-in model-config module."""
-    model_config = stand_in(_MODEL_CONFIG_MODULE, MODEL_CONFIG_MAPPING=_ModelConfigMapping())
-    return import_with_stand_ins(_CHECKER_MODULE, {_MODEL_CONFIG_MODULE: model_config})
+    return import_with_stand_ins(_CHECKER_MODULE, {MODEL_CONFIG_MODULE: model_config_stand_in()})
 
 
 @dataclasses.dataclass(frozen=True)

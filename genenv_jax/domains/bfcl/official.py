@@ -121,13 +121,26 @@ def handler(class_name: str) -> Any:
     return cls.__new__(cls)
 
 
+MODEL_CONFIG_MODULE = "bfcl_eval.constants.model_config"
+
+
+class _ModelConfigMapping(dict):
+    """MODEL_CONFIG_MAPPING stand-in: every model keeps dotted function names (no '.' -> '_')."""
+
+    def __missing__(self, key: str) -> Any:
+        return types.SimpleNamespace(model_name=key, underscore_to_dot=False)
+
+
+def model_config_stand_in() -> types.ModuleType:
+    """bfcl-eval's `constants.model_config` with a MODEL_CONFIG_MAPPING that knows every model
+    (the real one imports every vendor's client)."""
+    return stand_in(MODEL_CONFIG_MODULE, MODEL_CONFIG_MAPPING=_ModelConfigMapping())
+
+
 def eval_runner() -> types.ModuleType:
     """bfcl-eval's `eval_checker.eval_runner` (its `_evaluate_single_ast_entry` and
     `_evaluate_single_relevance_entry` judge one reply exactly as BFCL's scorer does); the tests
     compare our verdicts with it. Its model-config import gets checker.py's stand-in."""
-    from genenv_jax.domains.bfcl.checker import _MODEL_CONFIG_MODULE, _ModelConfigMapping
-
-    model_config = stand_in(_MODEL_CONFIG_MODULE, MODEL_CONFIG_MAPPING=_ModelConfigMapping())
     bound = (*_HANDLER_CHAIN, "bfcl_eval.eval_checker.ast_eval.ast_checker", "bfcl_eval.eval_checker.eval_runner_helper")
     return import_with_stand_ins("bfcl_eval.eval_checker.eval_runner",
-                                 _handler_stand_ins() | {_MODEL_CONFIG_MODULE: model_config}, bound)
+                                 _handler_stand_ins() | {MODEL_CONFIG_MODULE: model_config_stand_in()}, bound)
