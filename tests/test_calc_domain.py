@@ -249,3 +249,20 @@ def test_the_instruct_prompts_state_the_format_the_levels_and_what_the_agent_did
     assert agent[0]["content"].startswith(calc.INSTRUCT_AGENT_SYSTEM)
     assert agent[0]["content"].endswith("Functions: " + ", ".join(f"{n}(a, b)" for n in seed.prompt["functions"]))
     assert agent[1] == {"role": "user", "content": seed.prompt["question"]}
+
+
+def test_a_seventh_level_is_an_option_that_leaves_the_six_level_seeds_alone():
+    six, seven = CalcDomain(), CalcDomain(num_levels=7)
+    assert [t.task_id for t in six.seeds("test")] == [t.task_id for t in CalcDomain(num_levels=6).seeds("test")]
+    assert {t.category for t in seven.seeds("test")} == {f"level_{n}" for n in range(1, 8)}
+    hard = [t for t in seven.seeds("train") if t.category == "level_7"]
+    assert hard and all(t.metadata["ops"] > 4 for t in hard)  # beyond level 6's four operations
+    six_ops = "question: 1 + 2 + 3 + 4 + 5 + 6 + 7\nfunctions: add"
+    seed = six.seeds("train")[0]
+    assert isinstance(six.parse_task(six_ops, seed), Rejection)  # beyond level 6: out of range
+    assert seven.parse_task(six_ops, seed).category == "level_7"
+    assert "L7 6,3,5" in seven.simulator_prompt(seed, (), "harder").messages[-1]["content"]
+    instruct = CalcDomain(num_levels=7, prompt_style="instruct")
+    assert "level 7: at most 6 operations" in instruct.simulator_prompt(seed, None, "similar").messages[1]["content"]
+    with pytest.raises(ValueError, match="num_levels=9: expected an integer from 2 to 7"):
+        CalcDomain(num_levels=9)

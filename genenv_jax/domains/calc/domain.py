@@ -19,8 +19,9 @@ never trusts it); whether it was right is kept in the task's metadata (`stated_a
 
 Difficulty knobs, all read from the text: operand digits, number of operations (operands - 1,
 which also sets the nesting), and distractor functions (listed functions the expression does not
-use). The level is the first row of LEVELS whose caps the task fits; a task beyond the last row
-is rejected (`out_of_range`). The task's category is its measured level ("level_3").
+use). The level is the first row of the domain's levels (LEVELS, or with `num_levels=7` also
+EXTRA_LEVELS) whose caps the task fits; a task beyond the last row is rejected (`out_of_range`).
+The task's category is its measured level ("level_3").
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any, Sequence
 
 from genenv_jax.domains.base import (SPLITS, ChatPrompt, Domain, Invalid, Rejection, ScoreResult, Task,
                                      check_difficulty, curriculum_line, next_sibling)
-from genenv_jax.domains.calc.expressions import (FUNCTIONS, LEVELS, MAX_GENERATION_CHARS, NUM_LEVELS,
+from genenv_jax.domains.calc.expressions import (ALL_LEVELS, FUNCTIONS, LEVELS, MAX_GENERATION_CHARS, NUM_LEVELS,
                                                  OPERATOR_FUNCTION, REJECTION_REASONS, Level, evaluate,
                                                  expected_call, level_of, measure, parse_expression,
                                                  render_expression, walk)
@@ -123,11 +124,11 @@ def function_docs(names: Sequence[str]) -> list[dict[str, Any]]:
 
 
 def _make_task(task_id: str, expression: str, tree: tuple, functions: Sequence[str], *, parent: str | None,
-               difficulty: str | None, metadata: dict[str, Any]) -> Task:
+               difficulty: str | None, metadata: dict[str, Any], levels: Sequence[Level] = LEVELS) -> Task:
     feats = measure(tree, functions)
-    level = level_of(feats)
+    level = level_of(feats, levels)
     if level is None:
-        raise Invalid("out_of_range", f"beyond level {NUM_LEVELS}: {dataclasses.asdict(feats)}")
+        raise Invalid("out_of_range", f"beyond level {len(levels)}: {dataclasses.asdict(feats)}")
     return Task(domain=DOMAIN_NAME, task_id=task_id, category=f"level_{level}",
                 prompt={"question": f"Compute {expression}.", "expression": expression, "functions": list(functions)},
                 verifier={"call": expected_call(tree), "value": evaluate(tree)},
@@ -150,7 +151,8 @@ def _random_tree(rng: random.Random, ops: int, digits: int) -> tuple:
     return nodes[0]
 
 
-def _random_task_text(rng: random.Random, level: Level) -> tuple[str, tuple, list[str]]:
+def _random_task_text(rng: random.Random, level: Level, levels: Sequence[Level] = LEVELS
+                      ) -> tuple[str, tuple, list[str]]:
     """A task measured at exactly `level` (rejection sampling within its caps)."""
     while True:
         tree = _random_tree(rng, rng.randint(1, level.max_ops), rng.randint(1, level.max_digits))
@@ -158,12 +160,12 @@ def _random_task_text(rng: random.Random, level: Level) -> tuple[str, tuple, lis
         others = [f for f in FUNCTIONS if f not in used]
         functions = used + rng.sample(others, rng.randint(0, min(level.max_distractors, len(others))))
         rng.shuffle(functions)
-        if level_of(measure(tree, functions)) == level.number:
+        if level_of(measure(tree, functions), levels) == level.number:
             return render_expression(tree), tree, functions
 
 
 class CalcDomain(Domain):
-    """Tool-call arithmetic at NUM_LEVELS levels; see the module docstring.
+    """Tool-call arithmetic at `num_levels` difficulty levels; see the module docstring.
 
     Args:
       per_level: seeds per level and split, {"train": n, "validation": n, "test": n}.
@@ -174,15 +176,21 @@ class CalcDomain(Domain):
       complete_functions: the simulator's `functions:` line only adds distractors; the functions
         its expression needs are added when missing (`read_generation`). For small simulators,
         which write valid expressions long before consistent function lists.
+      num_levels: 6 (LEVELS, the default: the seed sets of earlier runs) or 7 (also EXTRA_LEVELS'
+        six-operation level, for agents that solve a fifth of level 6). Seeds differ between the two
+        (one random stream draws every split's levels in turn).
     """
 
     name = DOMAIN_NAME
     rejection_reasons = REJECTION_REASONS
 
     def __init__(self, per_level: dict[str, int] | None = None, seed: int = 13, prompt_style: str = "tools",
-                 complete_functions: bool = False):
+                 complete_functions: bool = False, num_levels: int = NUM_LEVELS):
         if prompt_style not in PROMPT_STYLES:
             raise ValueError(f"prompt_style={prompt_style!r}: expected one of {PROMPT_STYLES}")
+        if not isinstance(num_levels, int) or isinstance(num_levels, bool) or not 2 <= num_levels <= len(ALL_LEVELS):
+            raise ValueError(f"num_levels={num_levels!r}: expected an integer from 2 to {len(ALL_LEVELS)}")
+        self.levels = ALL_LEVELS[:num_levels]
         self.prompt_style = prompt_style
         self.complete_functions = complete_functions
         self.per_level = dict(per_level or {"train": 40, "validation": 8, "test": 16})
@@ -197,16 +205,16 @@ class CalcDomain(Domain):
         seen: set[str] = set()
         tasks = []
         for split in SPLITS:
-            for level in LEVELS:
+            for level in self.levels:
                 made = 0
                 while made < self.per_level.get(split, 0):
-                    expression, tree, functions = _random_task_text(rng, level)
+                    expression, tree, functions = _random_task_text(rng, level, self.levels)
                     if expression in seen:
                         continue
                     seen.add(expression)
                     tasks.append(_make_task(f"calc/{split}/L{level.number}/{made:03d}", expression, tree,
                                             functions, parent=None, difficulty=None,
-                                            metadata={"source": "calc_seed", "split": split}))
+                                            metadata={"source": "calc_seed", "split": split}, levels=self.levels))
                     made += 1
         return tasks
 
@@ -256,7 +264,7 @@ class CalcDomain(Domain):
             success = f"The agent solves tasks like this {rate:.0%} of the time; the target is {alpha:.0%}."
         else:
             success = f"The agent's success rate is not measured yet; the target is {alpha:.0%}."
-        target = {"harder": min(level + 1, NUM_LEVELS), "easier": max(level - 1, 1), "similar": level}[difficulty]
+        target = {"harder": min(level + 1, len(self.levels)), "easier": max(level - 1, 1), "similar": level}[difficulty]
         if self.prompt_style == "instruct":
             return self._instruct_simulator_prompt(seed, recent_success, difficulty, alpha, level, target)
         if self.prompt_style == "compact":  # no format help (learned in warm-start); alpha acts via `difficulty`
@@ -266,11 +274,11 @@ class CalcDomain(Domain):
                 f"Seed, level {level}:", write_generation(seed.prompt["expression"], seed.prompt["functions"]),
                 f"Success {rate}. Write a {difficulty.upper()} task, level {target}."])}])
         user = "\n".join([
-            f"Seed task (level {level} of {NUM_LEVELS}):",
+            f"Seed task (level {level} of {len(self.levels)}):",
             write_generation(seed.prompt["expression"], seed.prompt["functions"]),
             success,
             f"Write a {difficulty.upper()} task: level {target}. Level caps (operations, digits, distractors): "
-            + "; ".join(f"L{lv.number} {lv.max_ops},{lv.max_digits},{lv.max_distractors}" for lv in LEVELS) + ".",
+            + "; ".join(f"L{lv.number} {lv.max_ops},{lv.max_digits},{lv.max_distractors}" for lv in self.levels) + ".",
             "Use integers and + - * ( ). List the functions the expression needs (+ add, - sub, * mul) and "
             f"any distractors from: {', '.join(FUNCTIONS)}.",
             "Reply with exactly two lines: 'question: <expression>' and 'functions: <names>'.",
@@ -284,7 +292,7 @@ class CalcDomain(Domain):
         asked for."""
         caps = "\n".join(f"level {lv.number}: at most {lv.max_ops} operation{'s' * (lv.max_ops > 1)}, numbers of at "
                          f"most {lv.max_digits} digit{'s' * (lv.max_digits > 1)}, at most {lv.max_distractors} extra "
-                         "function" + "s" * (lv.max_distractors != 1) for lv in LEVELS)
+                         "function" + "s" * (lv.max_distractors != 1) for lv in self.levels)
         extras = ", ".join(n for n in FUNCTIONS if n not in OPERATOR_FUNCTION.values())
         lines = [
             "Write one new arithmetic task for the agent, in exactly this format:",
@@ -316,7 +324,7 @@ class CalcDomain(Domain):
             if g["stated_answer"] is not None:
                 meta["stated_answer_ok"] = g["stated_value"] == evaluate(g["tree"])
             return _make_task(f"{seed.task_id}~{digest}", g["expression"], g["tree"], g["functions"],
-                              parent=seed.task_id, difficulty=difficulty, metadata=meta)
+                              parent=seed.task_id, difficulty=difficulty, metadata=meta, levels=self.levels)
         except Invalid as e:
             return self.reject(e, seed, text)
 
