@@ -43,7 +43,7 @@ TEMPLATE = Path(__file__).parent / "templates" / "reproduction_calc_real.md"
 SETTINGS = ("epochs", "seeds_per_epoch", "variants_per_seed", "rollouts_per_task", "new_tasks_per_epoch",
             "curriculum.alpha", "curriculum.beta", "curriculum.k_min", "simulator_feedback",
             "simulator.train.objective", "simulator.train.tasks_per_epoch", "simulator.train.tasks_per_step",
-            "simulator.train.loss.reward_lambda", "simulator.train.invalid_reward", "simulator.optimizer.learning_rate",
+            "simulator.train.loss.reward_lambda", "simulator.train.loss.weight_norm", "simulator.train.invalid_reward", "simulator.optimizer.learning_rate",
             "simulator.sampling.temperature", "agent.train.tasks_per_epoch", "agent.optimizer.learning_rate",
             "evaluation.every_epochs")
 PHASES = ("generate", "rollouts", "updates", "heldout")
