@@ -7,3 +7,6 @@ what the tests check of each. A policy is read from the run's checkpoint by
 `policy_formats.export_policy`; `gguf_writer.write_gguf` writes any Qwen2 params as GGUF and
 `tasks.export_tasks` the task pool.
 """
+
+# modules (the command is `python -m genenv_jax.export`)
+__all__ = ["cli", "gguf_writer", "policy_formats", "tasks"]

@@ -3,3 +3,7 @@ several seeds and an alpha sweep on the calc domain, with a report built from th
 
 `python -m genenv_jax.study --config=configs/study.py --workdir=runs/study`; see docs/reproduction.md.
 """
+
+# modules (the command is `python -m genenv_jax.study`)
+__all__ = ["aim_claims", "aim_plots", "arm_epochs", "bootstrap", "calc_report", "details", "plots", "report",
+           "results", "runner"]

@@ -2,3 +2,7 @@
 file operations and atomic writes, the single-writer lock, Orbax checkpoints with their digests and
 one-line errors, the record pools (ArrayRecord shards read through Grain) and their mixing, and the
 metrics files."""
+
+# modules
+__all__ = ["atomic_files", "checkpoint_digests", "checkpoint_errors", "checkpoints", "lock", "metrics", "pool_mixing",
+           "pools", "storage", "tensorboard_events", "trackers"]
