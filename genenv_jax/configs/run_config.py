@@ -28,7 +28,7 @@ from genenv_jax.dreamgym.settings import DreamGymSettings
 from genenv_jax.models import param_shapes, preset
 from genenv_jax.models.lora import LoRAConfig
 from genenv_jax.parallel import MeshConfig
-from genenv_jax.rl import GRPOConfig, OptimizerConfig
+from genenv_jax.rl import POLICY_LOSSES, OptimizerConfig
 from genenv_jax.rl.curriculum import CurriculumConfig
 
 MODES = ("genenv", "random", "static", "dreamgym")
@@ -148,6 +148,12 @@ _POLICIES = ("agent", "simulator", "experience")
 _HINTS = typing.get_type_hints(RunConfig)
 
 
+def _simulator_alternatives() -> tuple[str, ...]:
+    """The registered policy losses other than the simulator's default rule (today: grpo): each may
+    be its objective and has its own loss section, `simulator.train.<name>`."""
+    return tuple(r for r in POLICY_LOSSES if r != POLICY_RULES["simulator"])
+
+
 def policy_defaults(name: str) -> dict[str, Any]:
     """The default tree of one policy section (agent, simulator or experience)."""
     tree = defaults(PolicySettings, POLICY_DEFAULTS[name])
@@ -155,7 +161,8 @@ def policy_defaults(name: str) -> dict[str, Any]:
     if name == "simulator":
         tree["share_agent_init"] = True  # start from the agent's initial weights (the paper's setup)
         tree["train"] |= defaults(SimulatorObjectiveSettings)
-        tree["train"]["grpo"] = {k: v for k, v in defaults(GRPOConfig).items() if k != "temperature"}
+        for rule in _simulator_alternatives():  # train.grpo: the loss of simulator.train.objective=grpo
+            tree["train"][rule] = {k: v for k, v in defaults(loss_class(rule)).items() if k != "temperature"}
     return tree
 
 
@@ -193,9 +200,11 @@ def _policy(tree: Mapping[str, Any], name: str, rule: str, check_source: bool = 
     if optimizer.learning_rate <= 0:
         raise failure(f"{name}.optimizer.learning_rate", optimizer.learning_rate, "must be > 0")
     train_tree = dict(tree.get("train", {}))
-    # The simulator's GRPO objective trains with its `train.grpo` section; its RWR `train.loss` then waits unused.
-    losses = {"loss": train_tree.pop("loss", {}), "grpo": train_tree.pop("grpo", None)}
-    loss_key = "grpo" if name == "simulator" and rule == "grpo" else "loss"
+    # The simulator's GRPO objective trains with its `train.grpo` section (another registered loss with
+    # `train.<its name>`); its RWR `train.loss` then waits unused.
+    alternatives = _simulator_alternatives()
+    losses = {"loss": train_tree.pop("loss", {}), **{r: train_tree.pop(r, None) for r in alternatives}}
+    loss_key = rule if name == "simulator" and rule in alternatives else "loss"
     loss = section(loss_class(rule), losses[loss_key] or {}, f"{name}.train.{loss_key}", skip=("temperature",),
                    extra={"temperature": sampling.temperature})
     if getattr(loss, "norm_tokens", None) == 0:  # Dr. GRPO's constant L: the longest reply the policy samples
@@ -283,7 +292,7 @@ def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
     else:
         data = fsdp = 1
 
-    agent = _policy(tree["agent"], "agent", "grpo")
+    agent = _policy(tree["agent"], "agent", POLICY_RULES["agent"])
     simulator_tree = dict(tree["simulator"])
     share = check_type("simulator.share_agent_init", simulator_tree.pop("share_agent_init", True), bool)
     if share:
@@ -293,7 +302,8 @@ def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
     experience_tree = dict(tree.get("experience") or {})
     if not experience_tree.get("model_dir") and not experience_tree.get("preset"):  # "": the agent's source
         experience_tree.update({k: tree["agent"][k] for k in ("model_dir", "preset", "allow_random_init")})
-    experience = _policy(experience_tree, "experience", "rwr", check_source=scalars["mode"] == "dreamgym")
+    experience = _policy(experience_tree, "experience", POLICY_RULES["experience"],
+                         check_source=scalars["mode"] == "dreamgym")
     if experience.lora.enabled:
         raise failure("experience.lora.rank", experience.lora.rank,
                       "the experience model trains fully (LoRA is for the agent and the simulator); must be 0")
@@ -327,9 +337,10 @@ def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
                       "rollouts of each task's group")
     for p in (agent, simulator):
         group = scalars["rollouts_per_task"] if p.name == "agent" else scalars["variants_per_seed"]
-        rows = p.train.tasks_per_step * (group if p.rule == "grpo" else 1)
+        grouped = POLICY_LOSSES.get(p.rule).grouped  # rows are tasks x group size
+        rows = p.train.tasks_per_step * (group if grouped else 1)
         multiple = data * fsdp * p.train.micro_batches
-        if p.rule == "grpo" and rows % multiple:
+        if grouped and rows % multiple:
             raise ConfigError(
                 f"config.{p.name}.train.tasks_per_step x {'rollouts_per_task' if p.name == 'agent' else 'variants_per_seed'}"
                 f" = {rows} rows is not divisible by mesh data x fsdp ({data} x {fsdp}) x "
@@ -346,8 +357,9 @@ def _simulator_objective(tree: Mapping[str, Any], variants_per_seed: int
     train = dict(tree.get("train", {}))
     objective = section(SimulatorObjectiveSettings, {k: train.pop(k) for k in _OBJECTIVE_KEYS if k in train},
                         "simulator.train")
-    if objective.objective == "grpo" and variants_per_seed < 2:
-        raise failure("variants_per_seed", variants_per_seed, "must be >= 2 with simulator.train.objective=grpo "
+    if POLICY_LOSSES.get(objective.objective).grouped and variants_per_seed < 2:
+        raise failure("variants_per_seed", variants_per_seed, f"must be >= 2 with simulator.train.objective="
+                      f"{objective.objective} "
                       "(a prompt's generations form the group its advantages are relative to)")
     tree["train"] = train
     return tree, objective

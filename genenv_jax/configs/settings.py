@@ -18,15 +18,20 @@ from genenv_jax.models import ModelConfig, preset
 from genenv_jax.models.config import ATTENTION_KERNELS, REMAT_POLICIES
 from genenv_jax.models.lora import LoRAConfig
 from genenv_jax.models.loading import model_config as source_model_config
-from genenv_jax.rl import GRPOConfig, OptimizerConfig, RWRConfig
+from genenv_jax.rl import POLICY_LOSSES, GRPOConfig, OptimizerConfig, RWRConfig
 from genenv_jax.workdir.trackers import DEFAULT_TRACKERS, trackers_problem
 
 DTYPES = ("float32", "bfloat16", "float16")
 SEED_ORDERS = ("file", "shortest", "interleaved")
 SEED_STRATEGIES = ("variance", "uniform")
 SIMULATOR_TARGETS = ("next", "shortest")
-OBJECTIVES = ("rwr", "grpo")
 DYNAMIC_SAMPLING_FILTERS = ("reward", "advantage")
+
+
+def _registered_loss(value: str) -> str | None:
+    """A simulator objective names a registered policy loss (`rl.registry`), read when checked, so
+    a loss registered after this module was imported is accepted too."""
+    return None if value in POLICY_LOSSES else f"expected one of {', '.join(POLICY_LOSSES.names())}"
 
 
 def _positive_open(value: float) -> str | None:
@@ -125,7 +130,8 @@ POLICY_RULES = {"agent": "grpo", "simulator": "rwr", "experience": "rwr"}
 
 
 def loss_class(rule: str) -> type:
-    return GRPOConfig if rule == "grpo" else RWRConfig
+    """The loss section's dataclass of update rule `rule` (a registered policy loss)."""
+    return POLICY_LOSSES.get(rule).config
 
 
 # ----------------------------------------------------------------------------------------------
@@ -211,7 +217,8 @@ class SimulatorObjectiveSettings:
     objective: str = setting("rwr", "rwr: reward-weighted regression on the in-band tasks, weights "
                                     "exp(lambda R_env) (the paper) | grpo: the variants_per_seed generations of a "
                                     "prompt form a group, each rewarded with its task's R_env, group-relative "
-                                    "advantages, the GRPO step of simulator.train.grpo", choices=OBJECTIVES)
+                                    "advantages, the GRPO step of simulator.train.grpo (any registered policy loss: "
+                                    "rl.registry)", check=_registered_loss)
     invalid_reward: float = setting(0.0, "grpo: the reward of a generation that is rejected or not rolled out")
 
 

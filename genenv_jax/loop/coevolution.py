@@ -241,7 +241,7 @@ class CoEvolution:
         # 9. Pools (committed before the checkpoint; resume rolls them back if the checkpoint is missing).
         if self.world is not None:
             self.world.commit(epoch)  # the replay pool's shard (synced with the others just below)
-        reward_lambda = (c.simulator.train.loss.reward_lambda if c.simulator_objective.objective == "rwr" else None)
+        reward_lambda = getattr(c.simulator.train.loss, "reward_lambda", None)  # RWR's, when it trains the simulator
         shared_pools.append_epoch(self.pools, epoch, {
             "d_train": records.d_train_records(groups + refills),
             "d_env": records.d_env_records(gens, by_task, reward_lambda)})

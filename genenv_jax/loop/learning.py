@@ -18,6 +18,7 @@ from genenv_jax.loop.policy import Policy
 from genenv_jax.loop.rollouts import RolloutGroup
 from genenv_jax.loop.simulator_grpo import update_simulator_grpo
 from genenv_jax.loop.tasks import Generation
+from genenv_jax.rl import POLICY_LOSSES
 from genenv_jax.rl.batches import PolicyState, TrainRow, batch_shape, shuffled_batches, summarise, train_steps
 
 
@@ -65,9 +66,10 @@ def at_most(items: Sequence, count: int, seed: int) -> list:
 
 def update_simulator(ctx: LoopContext, simulator: Policy, state: PolicyState, gens: Sequence[Generation],
                      r_env: Mapping[str, float], in_band: Mapping[str, bool], epoch: int) -> tuple[PolicyState, dict]:
-    """The simulator's update by `simulator.train.objective`: RWR on the in-band tasks (`update_rwr`)
-    or GRPO over each prompt's generations (`loop.simulator_grpo`)."""
-    if ctx.config.simulator_objective.objective == "grpo":
+    """The simulator's update by `simulator.train.objective` (a registered policy loss): a grouped one
+    (grpo) on group-relative advantages over each prompt's generations (`loop.simulator_grpo`), any
+    other (rwr) on the in-band tasks weighted by their R_env (`update_rwr`)."""
+    if POLICY_LOSSES.get(ctx.config.simulator_objective.objective).grouped:
         return update_simulator_grpo(ctx, simulator, state, gens, r_env, epoch)
     return update_rwr(ctx, simulator, state, gens, r_env, in_band, epoch)
 

@@ -27,8 +27,7 @@ from genenv_jax.models.lora import LoRAConfig, count_params, init_adapters
 from genenv_jax.parallel import BATCH_AXES
 from genenv_jax.rl.batches import PolicyState, TrainFn, float_metrics, step_trainer
 from genenv_jax.rl.rwr import make_sft_step
-from genenv_jax.rl import (GRPOConfig, TrainStep, make_grpo_step, make_logprobs_fn,
-                           make_optimizer, make_rwr_step)
+from genenv_jax.rl import POLICY_LOSSES, TrainStep, make_logprobs_fn, make_optimizer
 from genenv_jax.configs.run_config import PolicySettings
 from genenv_jax.sampling import SampleOutput, Sampler, SamplerParams
 
@@ -49,7 +48,7 @@ class Policy:
     cfg: ModelConfig              # training config (float32 params; under LoRA the base's param_dtype)
     mesh: Mesh
     sampler: Sampler              # samples with the policy's param_dtype
-    update: TrainStep             # GRPO (agent) or RWR (simulator)
+    update: TrainStep             # its rule's step: GRPO (agent) or RWR (simulator), `rl.registry`
     sft_step: TrainStep | None    # plain NLL (RWR with unit weights, no KL) for the warm-start
     reference_logprobs: Callable  # jitted fn(ref_params, batch[, adapters]) -> [B, T]
     rows_multiple: int            # batch rows must be a multiple of this (micro-batches x data devices)
@@ -164,12 +163,9 @@ def build_policy(settings: PolicySettings, mesh: Mesh, sampler: Sampler, *,
     loss = train_settings.loss
     opt = make_optimizer(settings.optimizer)
     micro, lora = train_settings.micro_batches, settings.lora
-    if isinstance(loss, GRPOConfig):
-        update = make_grpo_step(cfg, opt, loss, mesh=mesh, micro_batches=micro, lora=lora)
-        needs_reference = loss.kl_coef > 0
-    else:
-        update = make_rwr_step(cfg, opt, loss, mesh=mesh, micro_batches=micro, lora=lora)
-        needs_reference = loss.needs_reference
+    make_step = POLICY_LOSSES.get(settings.rule).make_step  # the update rule, by name (`rl.registry`)
+    update = make_step(cfg, opt, loss, mesh=mesh, micro_batches=micro, lora=lora)
+    needs_reference = loss.needs_reference
     sft = None
     if warmstart_lr is not None:
         sft = make_sft_step(cfg, warmstart_lr, chunk_size=loss.chunk_size, mesh=mesh, micro_batches=micro, lora=lora)

@@ -7,14 +7,18 @@
 - DAPO's overlong reward shaping: a soft penalty on replies that run into the last `buffer`
   tokens before the length cap.
 
-Episode-level advantages stay `rl.grpo.grpo_advantages`.
+Episode-level advantages stay `rl.grpo.grpo_advantages`. The two advantage estimators the config
+can name (`agent.train.loss.advantage`) register here (`rl.registry`): "grpo" and "gigpo".
 """
 
 from __future__ import annotations
 
-from typing import Hashable, Sequence
+from typing import Any, Hashable, Sequence
 
 import numpy as np
+
+from genenv_jax.rl.grpo import grpo_advantages
+from genenv_jax.rl.registry import CreditBatch, Credits, register_advantage
 
 
 def discounted_returns(reward: float, num_turns: int, gamma: float) -> np.ndarray:
@@ -78,3 +82,35 @@ def overlong_penalty(turn_lengths: Sequence[int], max_tokens: int, buffer: int, 
     expected = max_tokens - buffer
     worst = max(int(n) for n in turn_lengths)
     return float(factor) * min(0.0, (expected - worst) / buffer)
+
+
+@register_advantage("grpo")
+def grpo_credit(batch: CreditBatch, loss: Any) -> Credits:
+    """GRPO: one group-relative advantage per episode (`grpo_advantages`, float32, with the loss's
+    eps, ddof and std normalisation), returned as float64."""
+    adv = grpo_advantages(batch.rewards.astype(np.float32), batch.num_rollouts, eps=loss.adv_eps,
+                          ddof=loss.std_ddof, normalize_by_std=loss.normalize_by_std)
+    return Credits(np.asarray(adv, np.float64))
+
+
+@register_advantage("gigpo", per_turn=True)
+def gigpo_credit(batch: CreditBatch, loss: Any) -> Credits:
+    """GiGPO: every token of agent turn t of episode i gets A_episode_i + gigpo_omega x A_step_it
+    (`gigpo_step_advantages` with discount gigpo_gamma). Needs an anchor state per agent turn."""
+    for b, (states, spans) in enumerate(zip(batch.states, batch.turn_spans)):
+        if len(states) != len(spans):
+            raise ValueError(f"episode {batch.ids[b]} has {len(spans)} turns but {len(states)} anchor "
+                             "states: GiGPO needs episodes from `episodes.run_episodes`")
+    episode = grpo_credit(batch, loss).advantages
+    steps = gigpo_step_advantages(batch.rewards, batch.states, batch.num_rollouts, gamma=loss.gigpo_gamma,
+                                  normalize_by_std=loss.normalize_by_std, eps=loss.adv_eps, ddof=loss.std_ddof)
+    per_token = []
+    for b, step in enumerate(steps):
+        values = np.zeros(batch.lengths[b], np.float32)
+        for (start, end), a_step in zip(batch.turn_spans[b], step):
+            values[start:end] = episode[b] + loss.gigpo_omega * a_step
+        per_token.append(values)
+    turns = np.concatenate(steps) if steps else np.zeros(0)
+    metrics = {"agent/gigpo_step_adv_nonzero": float(np.mean(turns != 0)) if turns.size else 0.0,
+               "agent/gigpo_step_adv_abs_mean": float(np.mean(np.abs(turns))) if turns.size else 0.0}
+    return Credits(episode, per_token, metrics)

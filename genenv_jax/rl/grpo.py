@@ -23,14 +23,12 @@ from genenv_jax.models.lora import LoRAConfig
 from genenv_jax.rl.logprobs import token_logprobs
 from genenv_jax.rl.losses import (AGGREGATIONS, KL_ESTIMATORS, SUM_NORM, aggregate, kl_penalty, normalizer,
                                   token_count)
+from genenv_jax.rl.registry import ADVANTAGE_ESTIMATORS, register_policy_loss
 from genenv_jax.rl.step import TrainStep, build_train_step
 
 # Where the importance ratio lives: per token (PPO / GRPO), per sequence (GSPO: the length-normalised
 # log-ratio of the whole response), or GSPO-token (the sequence ratio's value, each token's gradient).
 RATIO_LEVELS = ("token", "sequence", "sequence_token")
-# Advantage estimators: one group-relative advantage per episode (GRPO), or GiGPO's episode + step
-# advantages over anchor states (per agent turn; `rl.advantages`).
-ADVANTAGES = ("grpo", "gigpo")
 GSPO_LOG_RATIO_CAP = 10.0  # GSPO-token's log-ratio cap (veRL's clamp before exp)
 
 
@@ -50,8 +48,9 @@ class GRPOConfig:
     importance_sampling_level: "token" (PPO's per-token ratio), "sequence" (GSPO's sequence
       ratio exp(mean_t log r_t), clipped per sequence) or "sequence_token" (GSPO-token); both
       GSPO levels aggregate per sequence (aggregation "seq_mean_token_mean").
-    advantage: "grpo" (one group-relative advantage per episode) or "gigpo" (GiGPO: that advantage
-      plus `gigpo_omega` x each agent turn's step advantage over its anchor state, discount `gigpo_gamma`).
+    advantage: a registered estimator (`rl.registry`): "grpo" (one group-relative advantage per episode)
+      or "gigpo" (GiGPO: that advantage plus `gigpo_omega` x each agent turn's step advantage over its
+      anchor state, discount `gigpo_gamma`).
     overlong_buffer / overlong_penalty: DAPO's soft overlong punishment: a reply within the last
       `overlong_buffer` tokens before the reply cap loses up to `overlong_penalty` reward (0: off).
     temperature: the sampling temperature; logits are divided by it, as the sampler did.
@@ -86,9 +85,10 @@ class GRPOConfig:
         if self.importance_sampling_level != "token" and self.aggregation != "seq_mean_token_mean":
             raise ValueError(f"GRPOConfig.importance_sampling_level={self.importance_sampling_level!r} (GSPO) "
                              "aggregates per sequence: set aggregation='seq_mean_token_mean'")
-        check_choice("GRPOConfig.advantage", self.advantage, ADVANTAGES)
-        if self.advantage == "gigpo" and self.importance_sampling_level == "sequence":
-            raise ValueError("GRPOConfig.advantage='gigpo' gives each agent turn its own advantage; GSPO's "
+        # Estimators are registered by name (`rl.registry`; the built-in ones in `rl.advantages`).
+        check_choice("GRPOConfig.advantage", self.advantage, ADVANTAGE_ESTIMATORS.names())
+        if ADVANTAGE_ESTIMATORS.get(self.advantage).per_turn and self.importance_sampling_level == "sequence":
+            raise ValueError(f"GRPOConfig.advantage={self.advantage!r} gives each agent turn its own advantage; GSPO's "
                              "sequence-level ratio needs one per sequence: use importance_sampling_level="
                              "'sequence_token' (GSPO-token) or 'token'")
         if not 0.0 <= self.gigpo_gamma <= 1.0:
@@ -112,6 +112,11 @@ class GRPOConfig:
             raise ValueError(f"GRPOConfig.kl_coef must be >= 0, got {self.kl_coef}")
         if self.temperature <= 0:
             raise ValueError(f"GRPOConfig.temperature must be > 0, got {self.temperature}")
+
+    @property
+    def needs_reference(self) -> bool:
+        """The loss has a KL term toward the frozen reference policy (its batch needs ref_logprobs)."""
+        return self.kl_coef > 0
 
 
 def grpo_advantages(rewards: jax.Array, num_rollouts: int, *, eps: float = 1e-6, ddof: int = 1,
@@ -219,6 +224,7 @@ def grpo_micro_batch_loss(cfg: ModelConfig, config: GRPOConfig, params: Any, bat
                      num_tokens=norms["tokens"])
 
 
+@register_policy_loss("grpo", config=GRPOConfig, grouped=True)
 def make_grpo_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, config: GRPOConfig | None = None,
                    mesh: Mesh | None = None, micro_batches: int = 1, rules: Any = None,
                    donate: bool = True, lora: LoRAConfig | None = None) -> TrainStep:

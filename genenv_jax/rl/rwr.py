@@ -27,6 +27,7 @@ from genenv_jax.models.lora import LoRAConfig
 from genenv_jax.rl.optim import OptimizerConfig, make_optimizer
 from genenv_jax.rl.logprobs import token_logprobs
 from genenv_jax.rl.losses import AGGREGATIONS, KL_ESTIMATORS, aggregate, kl_penalty, normalizer, token_count
+from genenv_jax.rl.registry import register_policy_loss
 from genenv_jax.rl.step import TrainStep, build_train_step
 
 WEIGHT_NORMS = ("none", "mean", "softmax")
@@ -174,6 +175,7 @@ def _threshold_gate(threshold: float, mode: str):
     return gate
 
 
+@register_policy_loss("rwr", config=RWRConfig, grouped=False)
 def make_rwr_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, config: RWRConfig | None = None,
                   mesh: Mesh | None = None, micro_batches: int = 1, rules: Any = None,
                   donate: bool = True, lora: LoRAConfig | None = None) -> TrainStep:

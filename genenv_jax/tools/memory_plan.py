@@ -34,7 +34,7 @@ from genenv_jax.rl.packing import padded_row_count
 from genenv_jax.models import param_shapes, param_shardings
 from genenv_jax.models.decode import unstack_layers
 from genenv_jax.parallel import MeshConfig, abstract_like, batch_sharding, make_mesh
-from genenv_jax.rl import TrainStep, make_grpo_step, make_optimizer, make_rwr_step
+from genenv_jax.rl import POLICY_LOSSES, TrainStep, make_optimizer
 from genenv_jax.configs.run_config import PolicySettings, RunConfig
 from genenv_jax.sampling import Buckets, Sampler
 from genenv_jax.sampling.buckets import bucket_size
@@ -282,7 +282,7 @@ def update_shape(run: RunConfig, policy: PolicySettings, batch_shards: int, micr
     """[rows, seq] of the policy's update batch: tasks_per_step (x rollouts for GRPO) rows padded to
     data x fsdp x micro-batches; prompt and response buckets at the longest the config allows."""
     s = policy.sampling
-    rows = policy.train.tasks_per_step * (run.rollouts_per_task if policy.rule == "grpo" else 1)
+    rows = policy.train.tasks_per_step * (run.rollouts_per_task if POLICY_LOSSES.get(policy.rule).grouped else 1)
     rows = padded_row_count(rows, batch_shards * micro_batches)
     seq = length_bucket(s.max_prompt_len) + length_bucket(s.max_new_tokens)
     if policy.rule == "grpo" and run.episodes.max_turns > 1 and _multi_turn(run.domain.name):
@@ -337,7 +337,7 @@ class Measurer:
         cfg = p.model_config().replace(remat_policy=remat_policy)
         if cfg.attention == "auto":
             cfg = cfg.replace(attention="blockwise")
-        make = make_grpo_step if p.rule == "grpo" else make_rwr_step
+        make = POLICY_LOSSES.get(p.rule).make_step
         return make(cfg, make_optimizer(p.optimizer), p.train.loss, mesh=self.mesh(mesh), micro_batches=micro_batches,
                     lora=p.lora)
 
@@ -358,7 +358,7 @@ class Measurer:
         p, shards = self.policy(name), mesh[0] * mesh[1]
         master, optimizer, base = step_state_bytes(self.train_step(name, mesh, knobs.micro_batches, knobs.remat_policy))
         loss = p.train.loss
-        needs_reference = loss.kl_coef > 0 if p.rule == "grpo" else loss.needs_reference
+        needs_reference = loss.needs_reference
         if p.lora.enabled and not self.run.warmstart.enabled:
             needs_reference = False  # the KL anchor is the base itself (adapters off): no copy
         sampler_cfg = p.model_config().replace(param_dtype=p.param_dtype)  # as CoEvolution builds its Sampler

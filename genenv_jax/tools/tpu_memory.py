@@ -28,6 +28,7 @@ from genenv_jax.cli import command, config_flag, die, one_line, run
 from genenv_jax.tools.memory_plan import (GIB, Knobs, Measurer, Plan, PlanError, PolicyMemory, build_plan,
                                           config_knobs, set_host_device_count)
 from genenv_jax.configs.run_config import ConfigError, RunConfig
+from genenv_jax.rl import POLICY_LOSSES
 
 PROGRAM = "genenv_jax.tools.tpu_memory"
 _CONFIG = config_flag()
@@ -93,11 +94,12 @@ def _micro_options(measurer: Measurer, name: str, shards: int, start: int) -> li
     """Micro-batch counts from `start` up to one row per device per micro-batch, powers of two; the
     agent's must divide its rows per device (run_config checks GRPO rows)."""
     p = measurer.policy(name)
-    rows = p.train.tasks_per_step * (measurer.run.rollouts_per_task if p.rule == "grpo" else 1)
+    grouped = POLICY_LOSSES.get(p.rule).grouped  # rows are tasks x rollouts, checked by run_config
+    rows = p.train.tasks_per_step * (measurer.run.rollouts_per_task if grouped else 1)
     per_device = -(-rows // shards)
     options, m = [], start
     while m <= per_device:
-        if p.rule != "grpo" or rows % (shards * m) == 0:
+        if not grouped or rows % (shards * m) == 0:
             options.append(m)
         m *= 2
     return options or [start]
