@@ -66,6 +66,9 @@ class Registry(Generic[T]):
     def __iter__(self) -> Iterator[str]:
         return iter(tuple(self._entries))
 
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, names={self.names()!r})"
+
 
 # ----------------------------------------------------------------------------------------------
 # Advantage estimators: the agent's credit, on the host in numpy
