@@ -91,9 +91,9 @@ def coverage(inp: Inputs) -> str:
                      "-" if not epochs else f"{sum(seconds.values()) / 60:.1f}",
                      "-" if not epochs else "/".join(f"{seconds[k] / 60:.1f}" for k in PHASES)])
     finished = [n for n in inp.done if "config" in inp.done[n]]
-    out = [f"This report covers the runs that exist in the study directory: {len(inp.data)} of "
+    out = [f"**This report covers the runs that exist in the study directory: {len(inp.data)} of "
            f"{len(inp.study.runs)} planned runs have epochs ({sum(r.complete for r in inp.study.runs)} complete, "
-           f"{inp.study.spec.get('epochs', '-')} epochs planned each). Study command: "
+           f"{inp.study.spec.get('epochs', '-')} epochs planned each).** Study command: "
            f"`{inp.study.spec.get('command', '-')}`.", "",
            _table(["run", "mode", "alpha", "overrides", "status", "epochs", "held-out evaluations",
                    "minutes (sum of phases)", "minutes generate/rollouts/updates/held-out"], rows)]
