@@ -214,22 +214,10 @@ def test_peft_export_of_the_simulator_loads_over_the_hf_base_with_our_logits(run
 
 
 def _import_datasets():
-    """`datasets`, imported with tests/ off sys.path: there tests/multiprocess.py (the helper of
-    test_multiprocess.py) would shadow the `multiprocess` package that `datasets` imports."""
-    import importlib
-    import os
-    import sys
+    """`datasets` (imported lazily: the Parquet tests are the only users)."""
+    import datasets
 
-    tests_dir = os.path.dirname(os.path.abspath(__file__))
-    shadow = sys.modules.get("multiprocess")
-    if shadow is not None and os.path.dirname(os.path.abspath(getattr(shadow, "__file__", "") or "")) == tests_dir:
-        del sys.modules["multiprocess"]  # test_multiprocess.py keeps its own reference to it
-    saved = list(sys.path)
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != tests_dir]
-    try:
-        return importlib.import_module("datasets")
-    finally:
-        sys.path[:] = saved
+    return datasets
 
 
 def test_tasks_load_with_datasets_and_bfcl_eval_scores_them(runs, tmp_path):

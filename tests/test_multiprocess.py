@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import multiprocess
+import multihost_harness
 from genenv_jax.workdir.pools import Pool
 
 pytestmark = pytest.mark.slow
@@ -23,7 +23,7 @@ TIMING = ("time/", "tokens_per_s", "env_steps_per_s")
 def reference(tmp_path_factory) -> Path:
     """The toy run as one process with 8 devices."""
     workdir = tmp_path_factory.mktemp("one_process") / "run"
-    multiprocess.run([*RUN, f"--workdir={workdir}"], 1, 8, workdir.parent / "logs")
+    multihost_harness.run([*RUN, f"--workdir={workdir}"], 1, 8, workdir.parent / "logs")
     return workdir
 
 
@@ -63,11 +63,11 @@ def test_two_processes_killed_after_a_checkpoint_resume_to_the_same_result(refer
     command resumes, to 1 x 8's result."""
     workdir, logs = tmp_path / "run", tmp_path / "logs"
     args = [*RUN, f"--workdir={workdir}", "--config.episodes.env_workers=1"]
-    procs = multiprocess.start(args, 2, 4, logs)
-    codes = multiprocess.wait(procs, timeout=900, kill_when=lambda: (workdir / "checkpoints" / "0").is_dir())
+    procs = multihost_harness.start(args, 2, 4, logs)
+    codes = multihost_harness.wait(procs, timeout=900, kill_when=lambda: (workdir / "checkpoints" / "0").is_dir())
     assert all(code != 0 for code in codes), f"the run ended before the kill: {codes}"
     assert not (workdir / "checkpoints" / "1").exists()
-    multiprocess.run(args, 2, 4, tmp_path / "logs_resumed")
+    multihost_harness.run(args, 2, 4, tmp_path / "logs_resumed")
     _assert_same_results(workdir, reference)
     assert "epoch 1:" in (tmp_path / "logs_resumed" / "process_0.log").read_text()
     assert "epoch 1:" not in (tmp_path / "logs_resumed" / "process_1.log").read_text()  # process 0 reports
@@ -81,7 +81,7 @@ def test_four_processes_equal_one(reference, tmp_path):
     is data-parallel here (params replicated): FSDP over 4 processes on 2 cores would gather
     weights over loopback TCP at every decode step (the two-process tests cover FSDP across hosts)."""
     workdir = tmp_path / "run"
-    multiprocess.run([*RUN, f"--workdir={workdir}", "--config.episodes.env_workers=1", "--config.mesh.data=-1",
+    multihost_harness.run([*RUN, f"--workdir={workdir}", "--config.episodes.env_workers=1", "--config.mesh.data=-1",
                       "--config.mesh.fsdp=1", "--config.epochs=1"], 4, 2, tmp_path / "logs")
     _assert_same_results(workdir, reference, epochs=(0,))
 
@@ -90,8 +90,8 @@ def test_evaluation_on_two_processes_equals_one(reference, tmp_path):
     """The evaluator on the run's checkpointed agent (BFCL tasks; process 0 writes the report)."""
     args = ["genenv_jax.evaluation", f"--run_dir={reference}", "--domain=bfcl", "--split=test",
             "--categories=simple_python,multiple", "--max_per_category=2", "--max_new_tokens=8", "--no_progress"]
-    multiprocess.run([*args, f"--out={tmp_path / 'one'}"], 1, 8, tmp_path / "logs_one")
-    multiprocess.run([*args, f"--out={tmp_path / 'two'}"], 2, 4, tmp_path / "logs_two")
+    multihost_harness.run([*args, f"--out={tmp_path / 'one'}"], 1, 8, tmp_path / "logs_one")
+    multihost_harness.run([*args, f"--out={tmp_path / 'two'}"], 2, 4, tmp_path / "logs_two")
     one = (tmp_path / "one" / "items.jsonl").read_text().splitlines()
     two = (tmp_path / "two" / "items.jsonl").read_text().splitlines()
     assert len(one) == 4 and one == two
