@@ -199,6 +199,15 @@ ABSL_CASES = [
      "bfcl_multiturn, calc, travelplanner)"),
     ("main-negative-seed", "main", ["--config=bfcl:tiny", "--config.seed=-1", "--workdir={t}/w"], {},
      f"{MAIN}config.seed=-1: must be >= 0"),
+    ("probe-out-inside-the-model", "probe", ["--config=bfcl:tiny", "--config.agent.model_dir={t}/m",
+                                             "--out={t}/m/probe"], MODEL,
+     "genenv_jax.tools.simulator_probe: error: --out {t}/m/probe lies inside an input (config.agent.model_dir "
+     "{t}/m); give a path outside it"),
+    ("export-run-dir-without-checkpoints", "export", ["--run_dir={t}/r", "--policy=agent", "--format=hf",
+                                                      "--out={t}/out"], {"r/metrics.jsonl": "{}\n"},
+     "genenv_jax.export: error: --run_dir {t}/r: no checkpoints/ in it (a GenEnv run's workdir)"),
+    ("calc-report-without-a-study", "calc_report", ["{t}/r"], {"r/metrics.jsonl": "{}\n"},
+     "genenv_jax.study.calc_report: error: no study.json in {t}/r"),
     ("plan-infinite-hbm", "plan", ["--config=bfcl:tiny", "--slice=v5p-8", "--hbm_gib=inf"], {},
      "genenv_jax.tools.tpu_memory: error: --hbm_gib=inf must be a finite number > 0"),
 ]

@@ -47,6 +47,9 @@ ABSL = {
     "compare": ["-m", "genenv_jax.tools.dreamgym_compare"],
     "study": ["-m", "genenv_jax.study"],
     "plan": ["-m", "genenv_jax.tools.tpu_memory"],
+    "probe": ["-m", "genenv_jax.tools.simulator_probe"],
+    "export": ["-m", "genenv_jax.export"],
+    "calc_report": ["-m", "genenv_jax.study.calc_report"],
 }
 
 # Files a case needs, by name (created under the case's directory): text, bytes, or DIR.
