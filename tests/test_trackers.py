@@ -71,7 +71,7 @@ def wandb_read_back(workdir: Path) -> collections.Counter:
         return subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(log)],
                               capture_output=True, text=True, check=True).stdout
 
-    logs = sorted((workdir / "wandb").glob(f"*-{run_id}/run-{run_id}.wandb"))
+    logs = sorted((workdir / "wandb").glob(f"*-{run_id}/*.wandb"))
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
         outputs = list(pool.map(inspect_log, logs))
     seen = collections.Counter()

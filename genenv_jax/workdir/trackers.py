@@ -171,7 +171,7 @@ def wandb_points(wandb_dir: str | Path, run_id: str) -> Points:
     """(metric, epoch) -> value of every history record in the .wandb logs of run `run_id` under
     `wandb_dir` (one log per session of the run), read with W&B's own reader, `wandb leet inspect
     --json`, which stops at a record that a kill cut short."""
-    files = sorted(Path(wandb_dir).glob(f"*-{run_id}/run-{run_id}.wandb"))
+    files = sorted(Path(wandb_dir).glob(f"*-{run_id}/*.wandb"))  # every session's log, whatever its name
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
         outputs = list(pool.map(_inspect, files))
     points: Points = {}
@@ -230,7 +230,13 @@ class WandbTracker:
         self.run.log({**scalars, "epoch": epoch}, step=epoch + 1)
 
     def close(self) -> None:
+        """Finishes the run and shuts W&B's service down, which returns only once the service has
+        written this session's .wandb log to the end: a reader (the next session's `held`, a test)
+        must not see a log the service is still writing (seen under load: the last rows missing)."""
+        import wandb
+
         self.run.finish()
+        wandb.teardown()
 
 
 # -- MLflow -----------------------------------------------------------------------------------
