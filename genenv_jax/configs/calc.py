@@ -2,10 +2,11 @@
 (docs/study_domain.md): `--config=configs/calc.py:real` (or `--config=calc:real`).
 
 `real`: the real Qwen2.5-Coder-0.5B-Instruct as agent and simulator, rank-16 LoRA over one frozen
-base, sized so one run of 12 epochs takes about an hour on 2 CPU cores (docs/reproduction_calc_real.md
-gives the measured phases): the simulator writes 4 variants of each of 20 seeds an epoch (a GRPO
-group per seed with `simulator.train.objective=grpo`), every accepted task is rolled out 4 times
-for its p_hat, the agent trains on 16 of them (64 rows, the same in every mode), and the held-out
+base, sized for about an hour a run of 12 epochs on 2 CPU cores (a target: each run's metrics.jsonl
+holds its measured phases, `time/*_s`): the simulator writes 4 variants of each of 20 seeds an
+epoch (a GRPO group per seed with `simulator.train.objective=grpo`), 48 new tasks are rolled out 4
+times each for their p_hat (topped up from seeds if fewer parse), the agent trains on 16 of them
+(64 rows, the same in every mode), and the held-out
 set (406 test tasks, 58 per level of 7) is scored greedy at the start, every 4 epochs and at the end.
 The agent is warm-started on the reply format only (`<tool_call>` spelled with ordinary tokens,
 as `bfcl:real`); the simulator writes tasks from its prior (`prompt_style=instruct`).
