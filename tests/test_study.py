@@ -14,6 +14,7 @@ import jax
 import numpy as np
 import pytest
 
+from genenv_jax.configs import base
 from genenv_jax.configs import study as study_configs
 from genenv_jax.domains import Rejection, get_domain
 from genenv_jax.loop.context import LoopContext
@@ -124,13 +125,7 @@ def test_a_finished_run_is_skipped_only_under_the_config_it_finished_with(tmp_pa
     run = plan_runs(study)[0]
 
     def snapshot(study_dir, **overrides):
-        c = run_config(study, run, study_dir)
-        for key, value in overrides.items():
-            *path, last = key.split(".")
-            node = c
-            for p in path:
-                node = node[p]
-            node[last] = value
+        c = base.apply(run_config(study, run, study_dir), overrides)
         config = RunConfig.from_config_dict(c, num_devices=jax.device_count())
         return portable_snapshot(config.snapshot, study_dir), config.epochs
 
