@@ -38,10 +38,10 @@ def get_config(scale: str = "calc-real") -> ConfigDict:
     c.tokenizer_vocab_size = 0   # the model's own tokenizer
     c.base_evaluation = True
     c.arms = {
-        # GRPO's unit is a group (one prompt's 4 generations): 4 groups = 16 rows, RWR's 16 tasks at most
+        # GRPO's unit is a group (one prompt's 4 generations): 2 groups = 8 rows, RWR's 8 tasks at most
         "genenv_grpo": {"mode": "genenv", "overrides": (("simulator.train.objective", "grpo"),
-                                                        ("simulator.train.tasks_per_epoch", 4),
-                                                        ("simulator.train.tasks_per_step", 4))},
+                                                        ("simulator.train.tasks_per_epoch", 2),
+                                                        ("simulator.train.tasks_per_step", 2))},
         "genenv_blind": {"mode": "genenv", "overrides": BLIND},
         "random_blind": {"mode": "random", "overrides": BLIND},
     }
