@@ -5,7 +5,8 @@ created).
 
 The tables hold the exact line; `{t}` stands for the case's directory. argparse commands run
 in-process (`main(argv)`); absl commands (main, the TPU memory planner) run as one process each,
-because absl's flags are process-global. Values read from user files (a model's config.json, a
+because absl's flags are process-global (tests/command_runs.py, shared with test_command_errors.py).
+Values read from user files (a model's config.json, a
 PEFT adapter config) are also checked in a table of their own, through the function that reads
 them. Every case fails before any model is loaded or any byte is downloaded."""
 
@@ -20,12 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.test_command_errors import DIR, TP_EVAL, _make_files, _run_in_process, _run_process, snapshot
+from tests.command_runs import DIR, DOWNLOAD, EVAL, MAIN, TP, TP_EVAL, check_case, run_in_process, snapshot
 
-EVAL = "python -m genenv_jax.evaluation: error: "
-TP = "python -m genenv_jax.domains.travelplanner.evaluate: error: "
-DOWNLOAD = "python -m genenv_jax.data.download: error: "
-MAIN = "genenv_jax: error: "
+API_DOCS = "python -m genenv_jax.tools.api_docs: error: "
 ACCOMMODATIONS = "tp/database/accommodations/clean_accommodations_2022.csv"
 
 
@@ -180,6 +178,16 @@ CASES = [
      "slurm.py: error: --workdir given twice ('w' and 'v'); give it once (see --help)"),
     ("slurm-empty-workdir", "slurm", ["--nodes=1", "--workdir=", "--repo_dir={t}"], {},
      "slurm.py: error: --workdir is empty; give a value"),
+    # --- tools.api_docs: --out checked before the page is rendered, the old page kept
+    ("api-docs-out-in-a-missing-directory", "api_docs", ["--out={t}/missing/api.md"], {},
+     f"{API_DOCS}--out {{t}}/missing/api.md: no directory {{t}}/missing; create it first"),
+    ("api-docs-out-is-a-directory", "api_docs", ["--out={t}/docs"], {"docs/api.md": "old page\n"},
+     f"{API_DOCS}--out {{t}}/docs: is a directory, expected a file path"),
+    ("api-docs-out-under-a-file", "api_docs", ["--out={t}/api.md/api.md"], {"api.md": "old page\n"},
+     f"{API_DOCS}--out {{t}}/api.md/api.md: {{t}}/api.md is not a directory"),
+    ("api-docs-empty-out", "api_docs", ["--out="], {}, f"{API_DOCS}--out is empty; give a value"),
+    ("api-docs-unknown-flag", "api_docs", ["--out={t}/api.md", "--bogus"], {"api.md": "old page\n"},
+     f"{API_DOCS}unrecognized arguments: --bogus (see --help)"),
 ]
 
 KEYERROR_CONFIG = "import ml_collections\n\n\ndef get_config():\n    d = {}\n    return ml_collections.ConfigDict({'x': d['y']})\n"
@@ -213,31 +221,33 @@ ABSL_CASES = [
 ]
 
 
-def _check(code, err: str, expected: str, tmp_path: Path, before: dict) -> None:
-    lines = err.strip().splitlines()
-    assert code == 2, err[-3000:]
-    assert lines == [expected.replace("{t}", str(tmp_path))], err[-3000:]
-    assert snapshot(tmp_path) == before  # no input changed, nothing created
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_a_careless_input_is_the_exact_line_and_changes_nothing(case, tmp_path, capsys, monkeypatch):
-    _, command, argv, files, expected = case
-    _make_files(tmp_path, files)
-    before = snapshot(tmp_path)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("GENENV_JAX_TRACEBACK", raising=False)
-    code, err = _run_in_process(command, [a.replace("{t}", str(tmp_path)) for a in argv], capsys)
-    _check(code, err, expected, tmp_path, before)
+    check_case(case, tmp_path, capsys, monkeypatch)
 
 
 @pytest.mark.parametrize("case", ABSL_CASES, ids=[c[0] for c in ABSL_CASES])
-def test_an_absl_command_gives_the_exact_line_and_changes_nothing(case, tmp_path):
-    _, command, argv, files, expected = case
-    _make_files(tmp_path, files)
-    before = snapshot(tmp_path)
-    code, _, err = _run_process(command, [a.replace("{t}", str(tmp_path)) for a in argv], tmp_path)
-    _check(code, err, expected, tmp_path, before)
+def test_an_absl_command_gives_the_exact_line_and_changes_nothing(case, tmp_path, capsys, monkeypatch):
+    check_case(case, tmp_path, capsys, monkeypatch)
+
+
+def test_api_docs_replaces_its_page_only_once_the_new_one_is_rendered(tmp_path, monkeypatch, capsys):
+    """A package without `__all__` fails the rendering: the page already at --out stays as it was
+    (it used to be opened for writing first), and a page rendered whole replaces it, no temp file left."""
+    from genenv_jax.tools import api_docs
+
+    page = tmp_path / "api.md"
+    page.write_text("old page\n")
+    monkeypatch.setattr(api_docs, "packages", lambda: ["genenv_jax.core", "tests.command_runs"])
+    assert api_docs.main([f"--out={page}"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"{API_DOCS}tests.command_runs has no __all__: declare its public names (objects or modules) in "
+        "tests.command_runs/__init__.py"]
+    assert page.read_text() == "old page\n" and [p.name for p in tmp_path.iterdir()] == ["api.md"]
+    monkeypatch.setattr(api_docs, "packages", lambda: ["genenv_jax.core"])
+    assert api_docs.main([f"--out={page}"]) == 0
+    assert page.read_text() == api_docs.render() and "## `genenv_jax.core`" in page.read_text()
+    assert [p.name for p in tmp_path.iterdir()] == ["api.md"]
 
 
 def test_an_unreachable_coordinator_fails_in_the_stated_time_naming_the_address(tmp_path, capsys):
@@ -248,9 +258,9 @@ def test_an_unreachable_coordinator_fails_in_the_stated_time_naming_the_address(
         port = probe.getsockname()[1]
     address = f"127.0.0.1:{port}"
     started = time.monotonic()
-    code, err = _run_in_process("evaluation", ["--preset=tiny", f"--coordinator_address={address}", "--num_processes=2",
-                                               "--process_id=1", "--coordinator_timeout_s=1.5",
-                                               f"--out={tmp_path}/out"], capsys)
+    code, err = run_in_process("evaluation", ["--preset=tiny", f"--coordinator_address={address}", "--num_processes=2",
+                                              "--process_id=1", "--coordinator_timeout_s=1.5",
+                                              f"--out={tmp_path}/out"], capsys)
     assert 1.5 <= time.monotonic() - started < 10
     assert code == 2
     assert err.strip().splitlines() == [

@@ -174,7 +174,7 @@ def test_search_that_finds_nothing_names_bigger_slices():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--config=bfcl:tiny", "--slice=v9-8"], "genenv_jax.tools.tpu_memory: error: unknown slice 'v9-8'; known: v4-8, "),
+    (["--config=bfcl:tiny", "--slice=v9-8"], "genenv_jax.tools.tpu_memory: error: --slice=v9-8: unknown slice 'v9-8'; known: v4-8, "),
     (["--config=bfcl:tiny", "--slice=v5p-8", "--config.agent.nope=1"],
      "genenv_jax.tools.tpu_memory: error: unknown config key"),
     (["--config=bfcl:tiny", "--slice=v5p-8", "--config.mesh.fsdp=3"], "genenv_jax.tools.tpu_memory: error: config.mesh: "),

@@ -226,7 +226,7 @@ def test_cli_missing_study_json(tmp_path, capsys):
     (tmp_path / "study.json").write_text('{"runs": []}')  # no "alpha"
     assert main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err == f"genenv_jax.study.report: error: bad study.json in {tmp_path}: KeyError('alpha')\n"
+    assert err == f"genenv_jax.study.report: error: {tmp_path}/study.json: missing key 'alpha'\n"
 
 
 def test_cli_writes_the_report(tmp_path, capsys):

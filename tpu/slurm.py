@@ -41,8 +41,9 @@ MAX_NODES = 10_000  # more GPU nodes than the largest clusters have (Frontier: 9
 def check_values(a: argparse.Namespace) -> None:
     """Refuses values sbatch would queue forever or mis-read, and a job name that would put
     logs/<job>.sbatch outside `<repo_dir>/logs`."""
-    if a.nodes > MAX_NODES:
-        raise CommandError(f"--nodes {a.nodes}: must lie in [1, {MAX_NODES}] (more nodes than any cluster has)")
+    if not 1 <= a.nodes <= MAX_NODES:
+        why = " (more nodes than any cluster has)" if a.nodes > MAX_NODES else ""
+        raise CommandError(f"--nodes {a.nodes}: must lie in [1, {MAX_NODES}]{why}")
     if not 1 <= a.gpus_per_node <= MAX_GPUS_PER_NODE:
         raise CommandError(f"--gpus_per_node {a.gpus_per_node}: must lie in [1, {MAX_GPUS_PER_NODE}]")
     if not JOB_NAME.fullmatch(a.job_name):
@@ -128,8 +129,6 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--dry_run", action="store_true", help="print the sbatch script and submit nothing")
     a = parser.parse_args(argv)
     check_not_empty(a, ("workdir", "config", "job_name", "time", "partition", "account", "repo_dir", "python"))
-    if a.nodes < 1 or a.gpus_per_node < 1:
-        parser.error("--nodes and --gpus_per_node must be at least 1")
     if "--dry_run" in overrides:
         parser.error("--dry_run after -- would go to genenv_jax.main; put it before --")
     return a, overrides

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging as std_logging
+import re
 from typing import Callable
 
 from absl import app, flags
@@ -17,6 +18,9 @@ from genenv_jax.core.errors import die, one_line
 
 # absl's help flags print the help and exit 1; a command asked for its help has not failed.
 HELP_FLAGS = ("-?", "-h", "--help", "--helpshort", "--helpfull", "--helpxml")
+
+# absl's text for a flag marked required and not given
+_REQUIRED = re.compile(r"Flag (--\w+) must have a value other than None")
 
 Explain = Callable[[BaseException], "str | None"]
 
@@ -52,6 +56,9 @@ def parse_flags(argv: list[str], program: str, explain: Explain | None = None) -
         raise SystemExit(0 if e.code == 1 and asked else e.code) from None
     except Exception as e:  # noqa: BLE001 - named below, or re-raised
         message = explain(e) if explain is not None else None
+        required = _REQUIRED.search(str(e)) if isinstance(e, flags.IllegalFlagValueError) else None
+        if message is None and required is not None:  # absl: "flag --x=None: Flag --x must have a value ..."
+            message = f"{required.group(1)} is required; give a value (see --help)"
         if message is None and isinstance(e, flags.Error):
             message = f"bad command line: {one_line(e)}"
         if message is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import errno
 import functools
+import json
 import os
 import sys
 from typing import Callable, Mapping, NoReturn, Sequence
@@ -87,6 +88,13 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         die(f"{one_line(Exception(message))} (see --help)", self.prog)
+
+    def _check_value(self, action: argparse.Action, value) -> None:
+        """A value outside `choices`, in the same words on every Python: 3.12.8+ and 3.13.1+ print
+        the choices unquoted and later versions may add a suggestion; this line is the same on all."""
+        if action.choices is not None and value not in action.choices:
+            choices = ", ".join(map(repr, action.choices))
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r} (choose from {choices})")
 
 
 class Once(argparse.Action):
@@ -166,6 +174,25 @@ def check_output_path(path: str | os.PathLike, flag: str, *, directory: bool,
         raise CommandError(f"{flag} {text}: {base} is not a directory")
     if not os.access(base, os.W_OK):
         raise CommandError(f"{flag} {text}: {base} is not writable")
+
+
+def read_json_object(path: str | os.PathLike) -> dict:
+    """The JSON object a user's file holds, or one line naming the file: a missing or unreadable file
+    is its OSError (`<path>: <reason>`, `error_text`); bytes that are not UTF-8, text that is not
+    JSON and a value that is not an object are a ValueError."""
+    with open(path, "rb") as handle:
+        data = handle.read()
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{os.fspath(path)}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{os.fspath(path)}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except RecursionError:
+        raise ValueError(f"{os.fspath(path)}: not JSON (nested too deeply)") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{os.fspath(path)}: expected a JSON object, not {type(value).__name__}")
+    return value
 
 
 def check_at_least(value: int | float | None, flag: str, low: int | float) -> None:

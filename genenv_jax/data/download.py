@@ -16,7 +16,6 @@ import argparse
 import dataclasses
 import hashlib
 import http.client
-import json
 import os
 import sys
 import time
@@ -26,7 +25,7 @@ import urllib.request
 from pathlib import Path
 from typing import TextIO
 
-from genenv_jax.core.errors import ArgumentParser, check_output_path, command
+from genenv_jax.core.errors import ArgumentParser, check_output_path, command, read_json_object
 from genenv_jax.workdir.atomic_files import fsync_dir
 
 PROGRAM = "python -m genenv_jax.data.download"
@@ -77,10 +76,11 @@ def manifest_path(name: str) -> Path:
 
 
 def load_manifest(path: str | os.PathLike) -> Manifest:
-    """A manifest file (see manifests/*.json); a one-line ValueError naming the file and key if malformed."""
+    """A manifest file (see manifests/*.json); a one-line error naming the file (and key) if it is
+    missing, not a JSON object or malformed."""
     path = Path(path)
+    raw = read_json_object(path)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
         sources = {key: value["url"] for key, value in raw.get("sources", {}).items()}
         files = []
         for item in raw["files"]:
@@ -93,7 +93,7 @@ def load_manifest(path: str | os.PathLike) -> Manifest:
                 note=item.get("note", "")))
         manual = tuple(ManualStep(_safe_relative(m["path"]), m["how"]) for m in raw.get("manual", ()))
         return Manifest(raw["name"], raw.get("title", raw["name"]), raw.get("licence", ""), tuple(files), manual)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:  # AttributeError: not an object
+    except (ValueError, KeyError, TypeError, AttributeError) as err:  # a key missing or of the wrong type
         raise ValueError(f"manifest {path}: cannot read it ({type(err).__name__}: {err})") from None
 
 

@@ -8,6 +8,8 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import inspect
 import json
 import os
 import time
@@ -122,9 +124,16 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 def build_domain(name: str, pairs: Sequence[str], defaults: Mapping[str, Any] | None):
     """The evaluated domain; an option its constructor does not take is a bad `--domain_option`."""
-    from genenv_jax.domains import get_domain
+    from genenv_jax.domains import DOMAINS, get_domain
 
     options = domain_options(pairs, defaults)
+    if name in DOMAINS:  # an option the domain does not have, named before its constructor runs
+        module_name, cls_name = DOMAINS[name].split(":")
+        known = inspect.signature(getattr(importlib.import_module(module_name), cls_name)).parameters
+        unknown = [key for key in domain_options(pairs) if key not in known]
+        if unknown and not any(p.kind is p.VAR_KEYWORD for p in known.values()):
+            raise CommandError(f"--domain_option {unknown[0]}: {name} has no such option "
+                               f"(it has {', '.join(known)})")
     try:
         return get_domain(name, **options)
     except TypeError as err:  # an unknown keyword, or a value of the wrong kind

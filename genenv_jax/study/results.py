@@ -10,7 +10,6 @@ compared group (mode, or alpha) has data for.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from genenv_jax.core.errors import read_json_object
 from genenv_jax.workdir.metrics import METRICS_FILE, read_metrics
 
 MODES = ("genenv", "random", "static")
@@ -108,22 +108,30 @@ def level_number(level: str, index: int) -> int:
 
 
 def load_study(study_dir: str | Path) -> Study:
-    """Reads study.json and every run's metrics.jsonl; FileNotFoundError without study.json."""
+    """Reads study.json and every run's metrics.jsonl; FileNotFoundError without study.json, a
+    one-line ValueError naming study.json (and the key) when it is not a study's record."""
     directory = Path(study_dir)
-    if not (directory / "study.json").is_file():
+    path = directory / "study.json"
+    if not path.is_file():
         raise FileNotFoundError(f"no study.json in {directory}")
-    spec = json.loads((directory / "study.json").read_text())
-    epochs = None if spec.get("epochs") is None else int(spec["epochs"])
+    spec = read_json_object(path)
+    try:
+        alpha = float(spec["alpha"])
+        epochs = None if spec.get("epochs") is None else int(spec["epochs"])
+        entries = [(r["name"], r["mode"], float(r["alpha"]), int(r.get("seed", 0)), directory / r["workdir"],
+                    r.get("arm") or r["mode"]) for r in spec.get("runs", [])]
+    except KeyError as e:
+        raise ValueError(f"{path}: missing key {e.args[0]!r}") from None
+    except (TypeError, ValueError, AttributeError) as e:  # a value of the wrong type; a run that is not an object
+        raise ValueError(f"{path}: not a study's record ({type(e).__name__}: {e})") from None
     runs = []
-    for r in spec.get("runs", []):
-        workdir = directory / r["workdir"]
+    for name, mode, run_alpha, seed, workdir, arm in entries:
         every = {row["epoch"]: row for row in read_metrics(workdir / METRICS_FILE)}
         rows = {e: row for e, row in every.items() if e >= 0}
-        runs.append(Run(r["name"], r["mode"], float(r["alpha"]), int(r.get("seed", 0)), workdir, rows, epochs,
-                        r.get("arm") or r["mode"], every.get(-1)))
+        runs.append(Run(name, mode, run_alpha, seed, workdir, rows, epochs, arm, every.get(-1)))
     levels = list(spec.get("levels") or sorted({k.split("/")[1] for r in runs for row in r.rows.values()
                                                 for k in row if re.fullmatch(r"category/[^/]+/generated", k)}))
-    return Study(directory, float(spec["alpha"]), levels, spec, runs)
+    return Study(directory, alpha, levels, spec, runs)
 
 
 Metric = Callable[[Run, dict], float | None]

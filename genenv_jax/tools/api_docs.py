@@ -3,6 +3,10 @@ paragraph of its docstring.
 
     python -m genenv_jax.tools.api_docs --out docs/api.md     # or without --out: the page on stdout
 
+`--out` is checked before the page is rendered (a directory, a missing directory or an empty value
+is one line `<program>: error: ...`, exit 2) and replaced whole once the page is ready, so a failure
+leaves the old page as it was.
+
 The reference is generated so that it cannot drift from the code: tests/test_api_docs.py renders
 the page again and fails when docs/api.md differs. Every package under genenv_jax must declare
 `__all__` (the generator refuses one that does not, naming it); a name in `__all__` that is a module
@@ -13,15 +17,19 @@ page is the same on every machine whether or not an optional dependency is insta
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import inspect
+import os
 import re
 import sys
 import types
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
+from genenv_jax.core.errors import ArgumentParser, CommandError, check_not_empty, check_output_path, command
+from genenv_jax.workdir.atomic_files import write_bytes_atomic
+
+PROGRAM = "python -m genenv_jax.tools.api_docs"
 ROOT = "genenv_jax"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
@@ -113,7 +121,7 @@ def package_section(name: str) -> list[str]:
     module = importlib.import_module(name)
     public = getattr(module, "__all__", None)
     if public is None:
-        raise SystemExit(f"{name} has no __all__: declare its public names (objects or modules) in {name}/__init__.py")
+        raise ValueError(f"{name} has no __all__: declare its public names (objects or modules) in {name}/__init__.py")
     lines = [f"## `{name}`", ""]
     intro = _escape_html(first_paragraph(module.__doc__))
     if intro:
@@ -151,16 +159,31 @@ def render() -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m genenv_jax.tools.api_docs", description=__doc__.split("\n")[0])
-    parser.add_argument("--out", help="write the page here (default: stdout)")
+def check_out(path: str) -> None:
+    """Refuses, before the page is rendered, an `--out` that is empty, a directory, or in a directory
+    that does not exist or cannot be written (`check_output_path`; a missing directory is not created)."""
+    check_output_path(path, "--out", directory=False)
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise CommandError(f"--out {path}: no directory {parent}; create it first")
+
+
+@command(PROGRAM)
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = ArgumentParser(prog=PROGRAM, description=__doc__.split("\n")[0])
+    parser.add_argument("--out", help="write the page here, replacing the file whole once it is rendered "
+                                      "(default: stdout)")
     args = parser.parse_args(argv)
+    if args.out is not None:
+        check_not_empty(args, ("out",))
+        check_out(args.out)
     page = render()
-    if args.out:
-        Path(args.out).write_text(page)
-    else:
+    if args.out is None:
         sys.stdout.write(page)
+    else:
+        write_bytes_atomic(Path(args.out), page.encode("utf-8"))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

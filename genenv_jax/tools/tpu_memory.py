@@ -309,7 +309,10 @@ def main(argv: list[str]) -> None:
     if _CONFIG.value is None or _SLICE.value is None:
         _die("--config and --slice are required, e.g. --config=configs/bfcl.py --slice=v5p-8")
     try:
-        slice_ = find_slice(_SLICE.value)
+        try:
+            slice_ = find_slice(_SLICE.value)
+        except PlanError as e:
+            raise PlanError(f"--slice={_SLICE.value}: {e}") from None
         if not 0 <= _HEADROOM.value < 1:
             raise PlanError(f"--headroom={_HEADROOM.value} must lie in [0, 1)")
         if _HBM.value is not None and not 0 < _HBM.value < math.inf:  # inf: a budget no int can hold

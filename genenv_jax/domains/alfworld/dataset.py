@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from genenv_jax.core.errors import read_json_object
 from genenv_jax.domains.alfworld import engine, vocab
 from genenv_jax.domains.alfworld.games import GameSpec, compile_game, traj_data
 from genenv_jax.domains.alfworld.sampling import sample_spec
@@ -146,12 +147,6 @@ def read_split(data_dir: str | os.PathLike, split: str, task_types=vocab.TASK_TY
         rel = str(game_path.relative_to(base))
         if "movable" in rel or "Sliced" in rel or not game_path.exists():
             continue
-        try:
-            traj = json.loads(traj_path.read_text())
-            game = json.loads(game_path.read_text())
-        except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8
-            raise ValueError(f"{traj_path.parent}: unreadable game files ({e})") from None
-        if not (isinstance(traj, dict) and isinstance(game, dict)):
-            raise ValueError(f"{traj_path.parent}: traj_data.json and game.tw-pddl must each hold a JSON object")
+        traj, game = read_json_object(traj_path), read_json_object(game_path)  # one line naming the file
         if traj.get("task_type") in task_types and game.get("solvable") is True:
             yield GameEntry(split=split, path=rel, traj=traj, game=game)

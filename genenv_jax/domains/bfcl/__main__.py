@@ -8,7 +8,7 @@ import collections
 import sys
 from typing import Any, Sequence
 
-from genenv_jax.core.errors import ArgumentParser, command
+from genenv_jax.core.errors import ArgumentParser, CommandError, check_within, command
 from genenv_jax.domains.base import Task
 from genenv_jax.domains.bfcl import data as bfcl_data, schema as bfcl_schema
 from genenv_jax.domains.bfcl.data import SplitFractions
@@ -87,6 +87,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not (args.stats or args.check):
         parser.error("nothing to do: pass --stats and/or --check")
+    for flag in ("train", "val", "test"):
+        check_within(getattr(args, flag), f"--{flag}", 0.0, 1.0)
+    if abs(args.train + args.val + args.test - 1.0) > 1e-9:
+        raise CommandError(f"--train {args.train:g} + --val {args.val:g} + --test {args.test:g} = "
+                           f"{args.train + args.val + args.test:g}; the split fractions must sum to 1")
     domain = BFCLDomain(split_fractions=SplitFractions(args.train, args.val, args.test), validation=args.validation,
                         grounding=args.grounding)
     if args.stats:
