@@ -149,7 +149,7 @@ def test_gspo_token_takes_per_token_advantages_and_equals_gspo_for_sequence_ones
 
 
 def test_variant_settings_are_checked():
-    for bad, match in ((dict(dual_clip=1.0), "dual_clip must be > 1"),
+    for bad, match in ((dict(dual_clip=1.0), r"^GRPOConfig.dual_clip=1.0: must be > 1"),
                        (dict(importance_sampling_level="sequence"), "aggregates per sequence"),
                        (dict(importance_sampling_level="seq"), "importance_sampling_level"),
                        (dict(norm_tokens=-1), "norm_tokens")):

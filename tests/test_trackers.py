@@ -227,7 +227,7 @@ def test_trackers_are_checked_with_the_config_in_one_line(monkeypatch):
         with pytest.raises(ConfigError) as error:
             toy_config(**{"log.trackers": ("jsonl,tensorboard,wandb,mlflow",)})
         text = str(error.value)
-        assert "\n" not in text and text.startswith("config.log: ")
+        assert "\n" not in text and text.startswith("config.log.trackers=")
         assert f"log.trackers includes {tracker} but the {missing} package is not installed" in text
         assert text.endswith(": pip install -e '.[trackers]'")
     server = "http://mlflow:5000"  # a tracking server needs no SQLAlchemy here (it is still "missing")

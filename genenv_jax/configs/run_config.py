@@ -43,12 +43,14 @@ __all__ = ["ConfigError", "MODES", "PolicySettings", "RunConfig", "SamplingSetti
 
 
 def _tokenizer_dir(value: str) -> str | None:
+    """'' or a directory (or a .gguf file)"""
     if value and not (os.path.isdir(value) or (value.endswith(".gguf") and os.path.isfile(value))):
         return "is not a directory (or a .gguf file)"
     return None
 
 
 def _rollouts(value: int) -> str | None:
+    """>= 2"""
     return None if value >= 2 else "must be >= 2"  # GRPO advantages are relative in a group
 
 
@@ -67,7 +69,9 @@ class RunConfig:
     allow_config_change: bool = setting(False, "resume with changed settings that alter the run's meaning")
     agent: PolicySettings = setting(in_tree=False)
     simulator: PolicySettings = setting(in_tree=False)
-    share_agent_init: bool = setting(in_tree=False)  # config.simulator.share_agent_init
+    share_agent_init: bool = setting(doc="the simulator starts from the agent's initial weights and model source "
+                                         "(the paper's setup); its own model_dir must then be '' "
+                                         "(config.simulator.share_agent_init)", in_tree=False)
     simulator_objective: SimulatorObjectiveSettings = setting(in_tree=False)  # config.simulator.train.objective, ...
     simulator_feedback: str = setting("results", "what the simulator's prompt says of the agent: results (its "
                                                  "recent success on the seed against alpha, and the direction "
@@ -197,8 +201,6 @@ def _policy(tree: Mapping[str, Any], name: str, rule: str, check_source: bool = 
         raise failure(name, tree, "must be a section (a dict of keys)")
     sampling = section(SamplingSettings, tree.get("sampling", {}), f"{name}.sampling")
     optimizer = section(OptimizerConfig, tree.get("optimizer", {}), f"{name}.optimizer")
-    if optimizer.learning_rate <= 0:
-        raise failure(f"{name}.optimizer.learning_rate", optimizer.learning_rate, "must be > 0")
     train_tree = dict(tree.get("train", {}))
     # The simulator's GRPO objective trains with its `train.grpo` section (another registered loss with
     # `train.<its name>`); its RWR `train.loss` then waits unused.
@@ -320,17 +322,9 @@ def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
     if episodes.max_total_tokens < agent.sampling.max_prompt_len + agent.sampling.max_new_tokens:
         raise failure("episodes.max_total_tokens", episodes.max_total_tokens,
                       "must be >= agent.sampling.max_prompt_len + max_new_tokens (a first turn must fit)")
-    if warmstart.enabled:
-        for key in ("agent_steps", "simulator_steps"):
-            if getattr(warmstart, key) < 0:
-                raise failure(f"warmstart.{key}", getattr(warmstart, key), "must be >= 0 (0: that policy starts as it is)")
-        if warmstart.agent_steps + warmstart.simulator_steps < 1:
-            raise failure("warmstart.agent_steps", warmstart.agent_steps,
-                          "agent_steps + simulator_steps must be >= 1 when warmstart.enabled")
-        if warmstart.batch_size < 1:
-            raise failure("warmstart.batch_size", warmstart.batch_size, "must be >= 1")
-        if warmstart.learning_rate <= 0:
-            raise failure("warmstart.learning_rate", warmstart.learning_rate, "must be > 0")
+    if warmstart.enabled and warmstart.agent_steps + warmstart.simulator_steps < 1:
+        raise failure("warmstart.agent_steps", warmstart.agent_steps,
+                      "agent_steps + simulator_steps must be >= 1 when warmstart.enabled")
     if sections["curriculum"].p_hat_samples > scalars["rollouts_per_task"]:
         raise failure("curriculum.p_hat_samples", sections["curriculum"].p_hat_samples,
                       f"must be <= rollouts_per_task ({scalars['rollouts_per_task']}): p_hat uses the first "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from genenv_jax.core.config_checks import setting
+from genenv_jax.core.config_checks import KeyProblem, positive, setting
 from genenv_jax.domains.base import SPLITS
 from genenv_jax.episodes.limits import EnvLimits
 from genenv_jax.models import ModelConfig, preset
@@ -29,20 +29,28 @@ DYNAMIC_SAMPLING_FILTERS = ("reward", "advantage")
 
 
 def _registered_loss(value: str) -> str | None:
-    """A simulator objective names a registered policy loss (`rl.registry`), read when checked, so
-    a loss registered after this module was imported is accepted too."""
+    """a registered policy loss (`rl.registry`; rwr, grpo built in)"""
+    # read when checked, so a loss registered after this module was imported is accepted too
     return None if value in POLICY_LOSSES else f"expected one of {', '.join(POLICY_LOSSES.names())}"
 
 
 def _positive_open(value: float) -> str | None:
+    """> 0"""
     return None if value > 0 else "must be > 0 (training samples; the loss uses it too)"
 
 
 def _top_p(value: float) -> str | None:
+    """in (0, 1]"""
     return None if 0 < value <= 1 else "must lie in (0, 1]"
 
 
+def _prefix_tokens(value: int) -> str | None:
+    """>= 0, a multiple of 16"""
+    return None if value >= 0 and value % 16 == 0 else "must be >= 0 and a multiple of 16"
+
+
 def _evaluation_split(value: str) -> str | None:
+    """'' or a seed split"""
     return None if not value or value in SPLITS else f"must be '' (off) or one of {', '.join(SPLITS)}"
 
 
@@ -62,8 +70,7 @@ class SamplingSettings:
                               minimum=1)
     prefix_cache_tokens: int = setting(65536, "tokens of keys/values the sampler keeps to skip prefills of shared "
                                               "prompt prefixes and of earlier turns (0: off; docs/sampling.md)",
-                                       check=lambda v: None if v >= 0 and v % 16 == 0 else
-                                       "must be >= 0 and a multiple of 16")
+                                       check=_prefix_tokens)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -184,10 +191,10 @@ class WarmstartSettings:
     """Optional supervised warm-start on seed data (needed for tiny random models to emit parseable text)."""
 
     enabled: bool = setting(False, "SFT both policies on seed data before the first epoch")
-    agent_steps: int = setting(0, "the agent's SFT steps (0: the agent starts as it is)")
-    simulator_steps: int = setting(0, "the simulator's SFT steps (0: the simulator starts as it is)")
-    batch_size: int = setting(8, "SFT rows per step")
-    learning_rate: float = setting(1e-3, "SFT learning rate")
+    agent_steps: int = setting(0, "the agent's SFT steps (0: the agent starts as it is)", minimum=0)
+    simulator_steps: int = setting(0, "the simulator's SFT steps (0: the simulator starts as it is)", minimum=0)
+    batch_size: int = setting(8, "SFT rows per step", minimum=1)
+    learning_rate: float = setting(1e-3, "SFT learning rate", check=positive)
     num_seeds: int = setting(0, "0: every training seed", minimum=0)
     simulator_target: str = setting("next", "next | shortest: which sibling task each seed's SFT target shows",
                                     choices=SIMULATOR_TARGETS)
@@ -266,4 +273,4 @@ class LogSettings:
     def __post_init__(self):
         problem = trackers_problem(self.trackers, self.mlflow_tracking_uri)
         if problem:
-            raise ValueError(problem)
+            raise KeyProblem(self, "trackers", problem)

@@ -3,8 +3,11 @@
 A field declared with `setting(default, doc, choices=..., minimum=..., ...)` carries its default,
 its one-line doc and its allowed values; `section(cls, tree, path)` reads a tree into the class and
 reports unknown keys, wrong types and values outside the declaration with one line that names the
-key (`ConfigError`); `defaults(cls)` is the tree of declared defaults (what configs/base.py builds
-its ConfigDict from). A leaf module: it imports nothing from the package."""
+full key (`ConfigError`: `config.agent.train.loss.clip_high=-1.0: must be >= 0`); `defaults(cls)`
+is the tree of declared defaults (what configs/base.py builds its ConfigDict from). A section built
+directly (`GRPOConfig(clip_high=-1)`) checks the same declarations with `check_fields` in its
+`__post_init__`; a rule over several keys raises `KeyProblem` naming the key it reports, which
+`section` names by its full path. A leaf module: it imports nothing from the package."""
 
 from __future__ import annotations
 
@@ -17,6 +20,16 @@ from typing import Any, Callable, Mapping, Sequence
 
 class ConfigError(ValueError):
     """A config value is invalid; the message is one line naming the key."""
+
+
+class KeyProblem(ValueError):
+    """A section's value that breaks a rule, raised by the section itself (`check_fields`, or a rule
+    over several keys in its `__post_init__`): `key` is the field's name, so that `section` can
+    report it under the key's full path; on its own it reads `GRPOConfig.clip_high=-1.0: must be >= 0`."""
+
+    def __init__(self, owner: Any, key: str, problem: str):
+        self.key, self.value, self.problem = key, getattr(owner, key), problem
+        super().__init__(f"{type(owner).__name__}.{key}={self.value!r}: {problem}")
 
 
 def setting(default: Any = dataclasses.MISSING, doc: str = "", *, choices: Sequence[Any] | None = None,
@@ -73,18 +86,57 @@ def _override(tree: Mapping[str, Any], key: str, value: Any) -> dict[str, Any]:
     return {**tree, head: _override(tree[head], rest, value) if rest else value}
 
 
-def check_declared(path: str, value: Any, metadata: Mapping[str, Any]) -> None:
-    """The checks a `setting` declares, in a fixed order: choices, minimum, fraction, check."""
-    if metadata.get("choices") is not None:
-        check_in(path, value, metadata["choices"])
-    if metadata.get("minimum") is not None:
-        check_positive(path, value, metadata["minimum"])
-    if metadata.get("fraction"):
-        check_fraction(path, value)
+def declared_problem(value: Any, metadata: Mapping[str, Any]) -> str | None:
+    """What is wrong with `value` by the rules a `setting` declares, checked in a fixed order
+    (choices, minimum, fraction, check), or None. None itself passes: an optional key's type allows
+    it, which `check_type` checks."""
+    if value is None:
+        return None
+    if metadata.get("choices") is not None and value not in metadata["choices"]:
+        return f"expected one of {', '.join(map(str, metadata['choices']))}"
+    if metadata.get("minimum") is not None and value < metadata["minimum"]:
+        return f"must be >= {metadata['minimum']}"
+    if metadata.get("fraction") and not 0.0 <= value <= 1.0:
+        return "must lie in [0, 1]"
     if metadata.get("check") is not None:
-        problem = metadata["check"](value)
+        return metadata["check"](value) or None
+    return None
+
+
+def check_declared(path: str, value: Any, metadata: Mapping[str, Any]) -> None:
+    """Raises the one-line `ConfigError` for `config.<path>` when `value` breaks its declared rules."""
+    problem = declared_problem(value, metadata)
+    if problem:
+        raise failure(path, value, problem)
+
+
+def positive(value: float) -> str | None:
+    """> 0"""
+    return None if value > 0 else "must be > 0"
+
+
+def check_fields(owner: Any) -> None:
+    """A section's own check of its declared rules (call it from `__post_init__`), so a section built
+    directly is held to the rules `section` checks on a config tree; raises `KeyProblem`."""
+    for field in dataclasses.fields(owner):
+        problem = declared_problem(getattr(owner, field.name), field.metadata)
         if problem:
-            raise failure(path, value, problem)
+            raise KeyProblem(owner, field.name, problem)
+
+
+def rule_text(metadata: Mapping[str, Any]) -> str:
+    """The declared rules of a key in words, for docs/config.md: its choices, minimum, [0, 1], and a
+    `check` function's docstring (each check states its rule there)."""
+    parts = []
+    if metadata.get("choices") is not None:
+        parts.append("one of " + ", ".join(map(str, metadata["choices"])))
+    if metadata.get("minimum") is not None:
+        parts.append(f">= {metadata['minimum']}")
+    if metadata.get("fraction"):
+        parts.append("in [0, 1]")
+    if metadata.get("check") is not None:
+        parts.append(" ".join((metadata["check"].__doc__ or metadata["check"].__name__).split()))
+    return "; ".join(parts)
 
 
 def dataclass_kwargs(cls: type, section: Mapping[str, Any], what: str | None = None) -> dict[str, Any]:
@@ -167,8 +219,10 @@ def check_type(path: str, value: Any, annotation: Any) -> Any:
 
 
 def section(cls: type, tree: Mapping[str, Any], path: str, *, skip: tuple[str, ...] = (),
-             extra: Mapping[str, Any] | None = None) -> Any:
-    """`cls(**tree)` with unknown keys, wrong types and the class's own checks reported by key path."""
+            extra: Mapping[str, Any] | None = None) -> Any:
+    """`cls(**tree)` with unknown keys, wrong types and the class's own checks reported by key path.
+    A field whose default is a nested section (`setting(factory=SomeSection)`) is read from its
+    sub-tree the same way, unless `extra` gives it or `skip` leaves it out."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     if not isinstance(tree, Mapping):
@@ -181,6 +235,9 @@ def section(cls: type, tree: Mapping[str, Any], path: str, *, skip: tuple[str, .
     for name, field in fields.items():
         if name in kwargs or name in skip:
             continue
+        if dataclasses.is_dataclass(field.default_factory):  # a nested section
+            kwargs[name] = section(field.default_factory, tree.get(name, {}), f"{path}.{name}")
+            continue
         if name not in tree:
             if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
                 raise ConfigError(f"config.{path}.{name}: missing")
@@ -189,20 +246,7 @@ def section(cls: type, tree: Mapping[str, Any], path: str, *, skip: tuple[str, .
         check_declared(f"{path}.{name}", kwargs[name], field.metadata)
     try:
         return cls(**kwargs)
+    except KeyProblem as e:
+        raise failure(f"{path}.{e.key}", e.value, e.problem) from None
     except (ValueError, TypeError) as e:
         raise ConfigError(f"config.{path}: {e}") from None
-
-
-def check_positive(path: str, value: int, minimum: int = 1) -> None:
-    if value < minimum:
-        raise failure(path, value, f"must be >= {minimum}")
-
-
-def check_in(path: str, value: str, choices: Sequence[str]) -> None:
-    if value not in choices:
-        raise failure(path, value, f"expected one of {', '.join(choices)}")
-
-
-def check_fraction(path: str, value: float) -> None:
-    if not 0.0 <= value <= 1.0:
-        raise failure(path, value, "must lie in [0, 1]")

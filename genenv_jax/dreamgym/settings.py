@@ -10,6 +10,7 @@ from genenv_jax.core.config_checks import setting
 
 
 def _invalid_prob(value: float) -> str | None:
+    """in [0, 1)"""
     return None if 0 <= value < 1 else "must lie in [0, 1)"
 
 

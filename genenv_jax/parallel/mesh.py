@@ -22,6 +22,8 @@ import numpy as np
 from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from genenv_jax.core.config_checks import KeyProblem, check_fields, setting
+
 MESH_AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
 
@@ -43,20 +45,29 @@ LOGICAL_RULES: tuple[tuple[str, Any], ...] = (
 )
 
 
+def _axis_size(value: int) -> str | None:
+    """>= 1, or -1 (the rest of the devices)"""
+    return None if value >= 1 or value == -1 else "must be >= 1, or -1 (the rest of the devices)"
+
+
 @dataclasses.dataclass(frozen=True)
 class MeshConfig:
-    """Mesh shape; one axis may be -1 ("the rest of the devices")."""
+    """Mesh shape, the `mesh` config section; one axis may be -1 ("the rest of the devices"). Each key
+    is declared with its doc and rule (`core.config_checks.setting`)."""
 
-    data: int = 1
-    fsdp: int = -1
-    tensor: int = 1
+    data: int = setting(1, "data-parallel axis: batch rows are split over it, params replicated", check=_axis_size)
+    fsdp: int = setting(-1, "FSDP axis: batch rows and params (and optimizer state) are split over it",
+                        check=_axis_size)
+    tensor: int = setting(1, "tensor-parallel axis: heads, MLP and vocab are split over it", check=_axis_size)
+
+    def __post_init__(self):
+        check_fields(self)
+        free = [axis for axis in MESH_AXES if getattr(self, axis) == -1]
+        if len(free) > 1:
+            raise KeyProblem(self, free[1], f"at most one axis may be -1 ({free[0]} is)")
 
     def resolve(self, num_devices: int) -> tuple[int, int, int]:
-        sizes = [self.data, self.fsdp, self.tensor]
-        if sizes.count(-1) > 1:
-            raise ValueError(f"mesh {sizes}: at most one axis may be -1")
-        if any(s == 0 or s < -1 for s in sizes):
-            raise ValueError(f"mesh {dict(zip(MESH_AXES, sizes))}: sizes must be positive or -1")
+        sizes = [self.data, self.fsdp, self.tensor]  # checked when constructed: sizes >= 1, at most one -1
         known = math.prod(s for s in sizes if s != -1)
         if -1 in sizes:
             if num_devices % known:

@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from genenv_jax.core.config_checks import check_fields, setting
+
 Granularity = Literal["variant", "seed_batch"]
 GRANULARITIES: tuple[str, ...] = ("variant", "seed_batch")
 
@@ -76,36 +78,47 @@ def reward_variance(rewards: Any) -> float:
 # From rollout records to per-task curriculum scores.
 
 
+def _alpha(value: float) -> str | None:
+    """in (0, 1)"""
+    return None if isinstance(value, numbers.Real) and 0.0 < value < 1.0 else "must lie in (0, 1)"
+
+
+def _beta(value: float) -> str | None:
+    """a finite number > 0"""
+    return None if isinstance(value, numbers.Real) and math.isfinite(value) and value > 0 else \
+        "must be a finite number > 0"
+
+
+def _whole(value: int) -> str | None:
+    """an int >= 0"""
+    return None if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else "must be an int >= 0"
+
+
+def _finite(value: float) -> str | None:
+    """finite (None: off)"""
+    return None if math.isfinite(value) else "must be finite or None"
+
+
 @dataclasses.dataclass(frozen=True)
 class CurriculumConfig:
-    """Curriculum hyperparameters, validated on construction (defaults: the GenEnv paper's).
+    """Curriculum hyperparameters, the `curriculum` config section (defaults: the GenEnv paper's);
+    each key declared with its doc and rule (`core.config_checks.setting`)."""
 
-    granularity: "variant" estimates p_hat over each generated task's own n rollouts;
-      "seed_batch" pools the rollouts of all variants generated from one seed in this epoch
-      (more samples per estimate; every variant of the seed then shares its p_hat and weight).
-    success_threshold: None -> p_hat is the mean reward (k/n for binary rewards); a number ->
-      p_hat is the fraction of rollouts with reward >= threshold (for graded rewards such as F1).
-    p_hat_samples: 0 -> every rollout of a task counts; k > 0 -> only its first k (the GenEnv reference
-      estimates p_hat from 4 generations per task while its GRPO samples 8).
-    """
-
-    alpha: float = 0.5
-    beta: float = 2.0
-    k_min: float = 0.1
-    granularity: Granularity = "variant"
-    success_threshold: float | None = None
-    p_hat_samples: int = 0
+    alpha: float = setting(0.5, "the target success rate: R_env = exp(-beta (p_hat - alpha)^2)", check=_alpha)
+    beta: float = setting(2.0, "R_env's sharpness", check=_beta)
+    k_min: float = setting(0.1, "the band's half-width: tasks with |p_hat - alpha| <= k_min train the simulator",
+                           minimum=0)
+    granularity: Granularity = setting("variant", "variant (p_hat over each generated task's own rollouts) | "
+                                                  "seed_batch (pooled over every variant of a seed in the epoch: "
+                                                  "they share its p_hat and weight)", choices=GRANULARITIES)
+    success_threshold: float | None = setting(None, "None: p_hat is the mean reward (k/n for binary rewards); a "
+                                                    "number: the share of rollouts with reward >= it (graded "
+                                                    "rewards such as F1)", check=_finite)
+    p_hat_samples: int = setting(0, "0: every rollout of a task counts toward p_hat; k > 0: only its first k (the "
+                                    "GenEnv reference: 4 of GRPO's 8)", check=_whole)
 
     def __post_init__(self):
-        _check_alpha_beta(self.alpha, self.beta)
-        if not (isinstance(self.k_min, numbers.Real) and self.k_min >= 0.0):
-            raise ValueError(f"k_min (band half-width) must be >= 0, got {self.k_min!r}")
-        if self.granularity not in GRANULARITIES:
-            raise ValueError(f"granularity must be one of {GRANULARITIES}, got {self.granularity!r}")
-        if not (isinstance(self.p_hat_samples, int) and self.p_hat_samples >= 0):
-            raise ValueError(f"p_hat_samples must be an int >= 0 (0: all rollouts), got {self.p_hat_samples!r}")
-        if self.success_threshold is not None and not math.isfinite(self.success_threshold):
-            raise ValueError(f"success_threshold must be finite or None, got {self.success_threshold!r}")
+        check_fields(self)
 
 
 @dataclasses.dataclass(frozen=True)

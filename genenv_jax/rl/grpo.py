@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh
 
-from genenv_jax.core.config_checks import check_choice
+from genenv_jax.core.config_checks import KeyProblem, check_fields, positive, setting
 from genenv_jax.models import ModelConfig
 from genenv_jax.models.lora import LoRAConfig
 from genenv_jax.rl.logprobs import token_logprobs
@@ -32,86 +32,77 @@ RATIO_LEVELS = ("token", "sequence", "sequence_token")
 GSPO_LOG_RATIO_CAP = 10.0  # GSPO-token's log-ratio cap (veRL's clamp before exp)
 
 
+def _clip_low(value: float) -> str | None:
+    """in [0, 1)"""
+    return None if 0 <= value < 1 else "must lie in [0, 1)"
+
+
+def _dual_clip(value: float) -> str | None:
+    """> 1 (None: off)"""
+    return None if value > 1 else "must be > 1 (veRL's clip_ratio_c, 3 there) or None"
+
+
+def _registered_estimator(value: str) -> str | None:
+    """a registered advantage estimator (`rl.registry`; grpo, gigpo built in)"""
+    names = ADVANTAGE_ESTIMATORS.names()
+    return None if value in names else f"expected one of {', '.join(names)}"
+
+
 @dataclasses.dataclass(frozen=True)
 class GRPOConfig:
-    """GRPO loss and advantage options. Defaults follow the GenEnv reference config.
+    """GRPO loss and advantage options, the `train.loss` config section of the agent (and
+    `simulator.train.grpo`); each key declared with its doc and rule (`core.config_checks.setting`).
+    Defaults follow the GenEnv reference config.
 
-    clip_low / clip_high: the ratio is clipped to [1 - clip_low, 1 + clip_high].
-    kl_coef, kl_estimator ("k1" | "k2" | "k3"), kl_clamp: KL-to-reference loss term.
-    entropy_coef: weight of the entropy bonus (subtracted from the loss).
-    aggregation: "token_mean" (all response tokens of the batch weigh the same),
-      "seq_mean_token_mean" (each sequence's token mean, averaged over sequences) or
-      "seq_mean_token_sum_norm" (Dr. GRPO: each sequence's token sum / `norm_tokens`, averaged).
-    norm_tokens: Dr. GRPO's constant length L (the run config sets 0 to the policy's max_new_tokens).
-    dual_clip: veRL's clip_ratio_c (dual-clip PPO): for A < 0 a token's loss is at most
-      dual_clip * |A|, however large its ratio; None: off.
-    importance_sampling_level: "token" (PPO's per-token ratio), "sequence" (GSPO's sequence
-      ratio exp(mean_t log r_t), clipped per sequence) or "sequence_token" (GSPO-token); both
-      GSPO levels aggregate per sequence (aggregation "seq_mean_token_mean").
-    advantage: a registered estimator (`rl.registry`): "grpo" (one group-relative advantage per episode)
-      or "gigpo" (GiGPO: that advantage plus `gigpo_omega` x each agent turn's step advantage over its
-      anchor state, discount `gigpo_gamma`).
-    overlong_buffer / overlong_penalty: DAPO's soft overlong punishment: a reply within the last
-      `overlong_buffer` tokens before the reply cap loses up to `overlong_penalty` reward (0: off).
-    temperature: the sampling temperature; logits are divided by it, as the sampler did.
-    chunk_size: sequence chunk of the LM head (bounds the float32 [B, chunk, V] logits).
-    adv_eps, std_ddof, normalize_by_std: advantages (r - mean) / (std + adv_eps) per group.
+    The ratio is clipped to [1 - clip_low, 1 + clip_high]. Aggregations: "token_mean" (all response
+    tokens of the batch weigh the same), "seq_mean_token_mean" (each sequence's token mean,
+    averaged over sequences), "seq_mean_token_sum_norm" (Dr. GRPO: each sequence's token sum /
+    `norm_tokens`, averaged). Importance-sampling levels: "token" (PPO's per-token ratio),
+    "sequence" (GSPO's sequence ratio exp(mean_t log r_t), clipped per sequence) or
+    "sequence_token" (GSPO-token); both GSPO levels aggregate per sequence. Advantages are
+    (r - mean) / (std + adv_eps) per group; "gigpo" adds `gigpo_omega` x each agent turn's step
+    advantage over its anchor state (discount `gigpo_gamma`).
     """
 
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    kl_coef: float = 1e-3
-    kl_estimator: str = "k3"
-    kl_clamp: float | None = 10.0
-    entropy_coef: float = 1e-3
-    aggregation: str = "token_mean"
-    temperature: float = 1.0
-    chunk_size: int = 512
-    adv_eps: float = 1e-6
-    std_ddof: int = 1
-    normalize_by_std: bool = True
-    norm_tokens: int = 0
-    dual_clip: float | None = None
-    importance_sampling_level: str = "token"
-    advantage: str = "grpo"
-    gigpo_gamma: float = 0.95
-    gigpo_omega: float = 1.0
-    overlong_buffer: int = 0
-    overlong_penalty: float = 1.0
+    clip_low: float = setting(0.2, "the ratio's lower clip is 1 - clip_low", check=_clip_low)
+    clip_high: float = setting(0.2, "the ratio's upper clip is 1 + clip_high", minimum=0)
+    kl_coef: float = setting(1e-3, "weight of the KL-to-reference term (0: no reference model)", minimum=0)
+    kl_estimator: str = setting("k3", "the KL estimator", choices=KL_ESTIMATORS)
+    kl_clamp: float | None = setting(10.0, "per-token KL estimates are clamped to this magnitude (None: no clamp)")
+    entropy_coef: float = setting(1e-3, "weight of the entropy bonus (subtracted from the loss)")
+    aggregation: str = setting("token_mean", "token_mean | seq_mean_token_mean | seq_mean_token_sum_norm "
+                                             "(Dr. GRPO)", choices=AGGREGATIONS + (SUM_NORM,))
+    temperature: float = setting(1.0, "logits are divided by it, as the sampler did (the run config sets the "
+                                      "policy's sampling temperature)", check=positive, in_tree=False)
+    chunk_size: int = setting(512, "sequence chunk of the LM head (bounds the float32 [B, chunk, V] logits)",
+                              minimum=1)
+    adv_eps: float = setting(1e-6, "added to a group's reward std before dividing")
+    std_ddof: int = setting(1, "delta degrees of freedom of the group's reward std")
+    normalize_by_std: bool = setting(True, "divide advantages by the group's reward std")
+    norm_tokens: int = setting(0, "Dr. GRPO's constant length L (0: the policy's sampling.max_new_tokens)",
+                               minimum=0)
+    dual_clip: float | None = setting(None, "veRL's clip_ratio_c (dual-clip PPO): for A < 0 a token's loss is at "
+                                            "most dual_clip x |A|; None: off", check=_dual_clip)
+    importance_sampling_level: str = setting("token", "token (PPO) | sequence (GSPO) | sequence_token "
+                                                      "(GSPO-token)", choices=RATIO_LEVELS)
+    advantage: str = setting("grpo", "grpo (one group-relative advantage per episode) | gigpo (plus a step "
+                                     "advantage per agent turn) | another registered estimator",
+                             check=_registered_estimator)
+    gigpo_gamma: float = setting(0.95, "gigpo: discount of the step returns", fraction=True)
+    gigpo_omega: float = setting(1.0, "gigpo: weight of the step advantage", minimum=0)
+    overlong_buffer: int = setting(0, "DAPO's soft overlong punishment: a reply within this many tokens of the "
+                                      "reply cap loses up to overlong_penalty reward (0: off)", minimum=0)
+    overlong_penalty: float = setting(1.0, "the most reward the overlong punishment takes", minimum=0)
 
     def __post_init__(self):
-        check_choice("GRPOConfig.aggregation", self.aggregation, AGGREGATIONS + (SUM_NORM,))
-        check_choice("GRPOConfig.importance_sampling_level", self.importance_sampling_level, RATIO_LEVELS)
+        check_fields(self)
         if self.importance_sampling_level != "token" and self.aggregation != "seq_mean_token_mean":
-            raise ValueError(f"GRPOConfig.importance_sampling_level={self.importance_sampling_level!r} (GSPO) "
-                             "aggregates per sequence: set aggregation='seq_mean_token_mean'")
-        # Estimators are registered by name (`rl.registry`; the built-in ones in `rl.advantages`).
-        check_choice("GRPOConfig.advantage", self.advantage, ADVANTAGE_ESTIMATORS.names())
+            raise KeyProblem(self, "importance_sampling_level", "GSPO aggregates per sequence: set "
+                                                                "aggregation='seq_mean_token_mean'")
         if ADVANTAGE_ESTIMATORS.get(self.advantage).per_turn and self.importance_sampling_level == "sequence":
-            raise ValueError(f"GRPOConfig.advantage={self.advantage!r} gives each agent turn its own advantage; GSPO's "
-                             "sequence-level ratio needs one per sequence: use importance_sampling_level="
+            raise KeyProblem(self, "importance_sampling_level", f"advantage {self.advantage!r} gives each agent "
+                             "turn its own advantage; GSPO's sequence-level ratio needs one per sequence: use "
                              "'sequence_token' (GSPO-token) or 'token'")
-        if not 0.0 <= self.gigpo_gamma <= 1.0:
-            raise ValueError(f"GRPOConfig.gigpo_gamma must be in [0, 1], got {self.gigpo_gamma}")
-        if self.gigpo_omega < 0:
-            raise ValueError(f"GRPOConfig.gigpo_omega must be >= 0, got {self.gigpo_omega}")
-        if self.overlong_buffer < 0 or self.overlong_penalty < 0:
-            raise ValueError(f"GRPOConfig.overlong_buffer and overlong_penalty must be >= 0, got "
-                             f"{self.overlong_buffer}, {self.overlong_penalty}")
-        if self.dual_clip is not None and not self.dual_clip > 1.0:
-            raise ValueError(f"GRPOConfig.dual_clip must be > 1 (veRL's clip_ratio_c, 3 there) or None, "
-                             f"got {self.dual_clip}")
-        if self.norm_tokens < 0:
-            raise ValueError(f"GRPOConfig.norm_tokens must be >= 0, got {self.norm_tokens}")
-        check_choice("GRPOConfig.kl_estimator", self.kl_estimator, KL_ESTIMATORS)
-        if self.clip_low < 0 or self.clip_high < 0:
-            raise ValueError(f"GRPOConfig clip ranges must be >= 0, got {self.clip_low}, {self.clip_high}")
-        if self.clip_low >= 1:
-            raise ValueError(f"GRPOConfig.clip_low must be < 1, got {self.clip_low}")
-        if self.kl_coef < 0:
-            raise ValueError(f"GRPOConfig.kl_coef must be >= 0, got {self.kl_coef}")
-        if self.temperature <= 0:
-            raise ValueError(f"GRPOConfig.temperature must be > 0, got {self.temperature}")
 
     @property
     def needs_reference(self) -> bool:

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from genenv_jax.core.config_checks import dataclass_kwargs
+from genenv_jax.core.config_checks import KeyProblem, check_fields, dataclass_kwargs, positive, setting
 
 SCHEDULES = ("constant", "cosine", "linear")
 
@@ -25,39 +25,28 @@ _NO_DECAY_NAMES = ("scale", "bias")
 
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
-    """AdamW + clipping + schedule. Defaults are the GenEnv agent's (lr 1e-6 constant, clip 1.0).
+    """AdamW + clipping + schedule, a policy's `optimizer` config section. Defaults are the GenEnv
+    agent's (lr 1e-6 constant, clip 1.0). Each key is declared with its doc and rule
+    (`core.config_checks.setting`); a decaying schedule also needs total_steps > warmup_steps."""
 
-    schedule: "constant" (after warmup), "cosine" or "linear" decay from `learning_rate` to
-      `learning_rate * end_lr_factor` at `total_steps` (required for the decaying schedules).
-    grad_clip: max global gradient norm; None or 0 disables clipping.
-    decay_norms_and_biases: if False, weight decay skips RMSNorm scales and biases.
-    """
-
-    learning_rate: float = 1e-6
-    schedule: str = "constant"
-    warmup_steps: int = 0
-    total_steps: int | None = None
-    end_lr_factor: float = 0.0
-    weight_decay: float = 0.01
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-8
-    grad_clip: float | None = 1.0
-    decay_norms_and_biases: bool = True
+    learning_rate: float = setting(1e-6, "peak learning rate (after warmup)", check=positive)
+    schedule: str = setting("constant", "constant (after warmup) | cosine | linear: decay from learning_rate to "
+                                        "learning_rate x end_lr_factor at total_steps", choices=SCHEDULES)
+    warmup_steps: int = setting(0, "linear warmup from 0 over this many steps", minimum=0)
+    total_steps: int | None = setting(None, "the step a decaying schedule ends at (required by cosine and linear)")
+    end_lr_factor: float = setting(0.0, "a decaying schedule's final learning rate, as a share of learning_rate")
+    weight_decay: float = setting(0.01, "AdamW's decoupled weight decay")
+    b1: float = setting(0.9, "AdamW's first-moment decay")
+    b2: float = setting(0.999, "AdamW's second-moment decay")
+    eps: float = setting(1e-8, "AdamW's epsilon")
+    grad_clip: float | None = setting(1.0, "max global gradient norm; 0 or None: no clipping", minimum=0)
+    decay_norms_and_biases: bool = setting(True, "False: weight decay skips RMSNorm scales and biases")
 
     def __post_init__(self):
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"OptimizerConfig.schedule {self.schedule!r} not in {SCHEDULES}")
-        if self.learning_rate < 0:
-            raise ValueError(f"OptimizerConfig.learning_rate must be >= 0, got {self.learning_rate}")
-        if self.warmup_steps < 0:
-            raise ValueError(f"OptimizerConfig.warmup_steps must be >= 0, got {self.warmup_steps}")
-        if self.schedule != "constant":
-            if self.total_steps is None or self.total_steps <= self.warmup_steps:
-                raise ValueError(f"OptimizerConfig: schedule {self.schedule!r} needs total_steps > "
-                                 f"warmup_steps ({self.warmup_steps}), got {self.total_steps}")
-        if self.grad_clip is not None and self.grad_clip < 0:
-            raise ValueError(f"OptimizerConfig.grad_clip must be >= 0 or None, got {self.grad_clip}")
+        check_fields(self)
+        if self.schedule != "constant" and (self.total_steps is None or self.total_steps <= self.warmup_steps):
+            raise KeyProblem(self, "total_steps", f"schedule {self.schedule!r} needs total_steps > warmup_steps "
+                                                  f"({self.warmup_steps})")
 
     @classmethod
     def from_dict(cls, config: Mapping[str, Any]) -> "OptimizerConfig":

@@ -21,7 +21,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh
 
-from genenv_jax.core.config_checks import check_choice
+from genenv_jax.core.config_checks import check_choice, check_fields, positive, setting
 from genenv_jax.models import ModelConfig
 from genenv_jax.models.lora import LoRAConfig
 from genenv_jax.rl.optim import OptimizerConfig, make_optimizer
@@ -36,41 +36,33 @@ THRESHOLD_MODES = ("skip", "scale")
 
 @dataclasses.dataclass(frozen=True)
 class RWRConfig:
-    """RWR options.
+    """RWR options, the `train.loss` config section of a policy trained by RWR (the simulator);
+    each key declared with its doc and rule (`core.config_checks.setting`).
 
-    reward_lambda: w = exp(reward_lambda * R_env) (GenEnv: 1.0).
-    weight_norm: "none" (raw w), "mean" (w / mean w over the batch's rows, i.e. B * softmax;
-      the average weight is 1 so the learning rate means what it means for plain SFT) or
-      "softmax" (w / sum w: weights sum to 1, the loss is ~B times smaller than with "mean").
-    aggregation: how the weighted per-token NLL is averaged ("token_mean" | "seq_mean_token_mean").
-    kl_coef, kl_estimator, kl_clamp: KL penalty toward the initial simulator.
-    kl_threshold: when the measured KL (same estimator, token mean, before this update) exceeds
-      it, "skip" leaves params and optimizer state unchanged, "scale" multiplies the update by
-      kl_threshold / KL. None: no threshold.
+    weight_norm "mean" is w / mean w over the batch's rows (i.e. B x softmax): the average weight is
+    1, so the learning rate means what it means for plain SFT; "softmax" (w / sum w) makes the loss
+    ~B times smaller. With a `kl_threshold`, when the measured KL (same estimator, token mean, before
+    this update) exceeds it, "skip" leaves params and optimizer state unchanged and "scale"
+    multiplies the update by kl_threshold / KL.
     """
 
-    reward_lambda: float = 1.0
-    weight_norm: str = "mean"
-    aggregation: str = "token_mean"
-    kl_coef: float = 0.1
-    kl_estimator: str = "k3"
-    kl_clamp: float | None = 10.0
-    kl_threshold: float | None = None
-    kl_threshold_mode: str = "skip"
-    temperature: float = 1.0
-    chunk_size: int = 512
+    reward_lambda: float = setting(1.0, "a task's weight is exp(reward_lambda x R_env) (GenEnv: 1.0)")
+    weight_norm: str = setting("mean", "none (raw weights) | mean (weights / their batch mean) | softmax "
+                                       "(weights / their batch sum)", choices=WEIGHT_NORMS)
+    aggregation: str = setting("token_mean", "how the weighted per-token NLL is averaged", choices=AGGREGATIONS)
+    kl_coef: float = setting(0.1, "weight of the KL penalty toward the initial simulator", minimum=0)
+    kl_estimator: str = setting("k3", "the KL estimator", choices=KL_ESTIMATORS)
+    kl_clamp: float | None = setting(10.0, "per-token KL estimates are clamped to this magnitude (None: no clamp)")
+    kl_threshold: float | None = setting(None, "skip or scale an update whose measured KL exceeds this (None: off)",
+                                         check=positive)
+    kl_threshold_mode: str = setting("skip", "skip | scale: what a KL over kl_threshold does", choices=THRESHOLD_MODES)
+    temperature: float = setting(1.0, "logits are divided by it, as the sampler did (the run config sets the "
+                                      "policy's sampling temperature)", check=positive, in_tree=False)
+    chunk_size: int = setting(512, "sequence chunk of the LM head (bounds the float32 [B, chunk, V] logits)",
+                              minimum=1)
 
     def __post_init__(self):
-        check_choice("RWRConfig.weight_norm", self.weight_norm, WEIGHT_NORMS)
-        check_choice("RWRConfig.aggregation", self.aggregation, AGGREGATIONS)
-        check_choice("RWRConfig.kl_estimator", self.kl_estimator, KL_ESTIMATORS)
-        check_choice("RWRConfig.kl_threshold_mode", self.kl_threshold_mode, THRESHOLD_MODES)
-        if self.kl_coef < 0:
-            raise ValueError(f"RWRConfig.kl_coef must be >= 0, got {self.kl_coef}")
-        if self.kl_threshold is not None and self.kl_threshold <= 0:
-            raise ValueError(f"RWRConfig.kl_threshold must be > 0 or None, got {self.kl_threshold}")
-        if self.temperature <= 0:
-            raise ValueError(f"RWRConfig.temperature must be > 0, got {self.temperature}")
+        check_fields(self)
 
     @property
     def needs_reference(self) -> bool:
