@@ -5,12 +5,12 @@ import jax
 import numpy as np
 import pytest
 
-from genenv_jax.configs.run_config import ConfigError
+from genenv_jax.configs.run_config import ConfigError, RunConfig
 from genenv_jax.evaluation import load_run_agent
 from genenv_jax.loop import CoEvolution
 from genenv_jax.models import lora as lora_lib
 from genenv_jax.workdir.checkpoint_digests import tree_digest
-from loop_configs import toy_config
+from loop_configs import toy_config, toy_config_dict
 
 pytestmark = pytest.mark.usefixtures("toy_domain")  # conftest.py registers the toy domain
 
@@ -100,7 +100,10 @@ def test_lora_config_keys_are_checked_at_the_edge():
     for key, value, expected in (("agent.lora.rank", -1, "config.agent.lora.rank=-1"),
                                  ("agent.lora.targets", ("q", "w"), "config.agent.lora: LoRA targets"),
                                  ("simulator.lora.alpha", 0.0, "LoRA alpha"),
-                                 ("agent.lora.dropout", 1.0, "LoRA dropout must lie in"),
-                                 ("experience.lora.rank", 4, "config.experience.lora.rank=4")):
+                                 ("agent.lora.dropout", 1.0, "LoRA dropout must lie in")):
         with pytest.raises(ConfigError, match=expected):
             toy_config(**{key: value})
+    tree = toy_config_dict().to_dict()  # the experience model trains fully: its section has no lora keys
+    tree["experience"]["lora"] = {"rank": 4}
+    with pytest.raises(ConfigError, match=r"^config.experience.lora.rank: the experience model has no such key"):
+        RunConfig.from_config_dict(tree)

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from genenv_jax.configs import bfcl
+from genenv_jax.configs.experience_settings import REMOVED_EXPERIENCE_KEYS
+from genenv_jax.loop.experience import experience_key
 from genenv_jax.loop.persistence import config_changes
-from genenv_jax.configs.run_config import ConfigError, RunConfig
+from genenv_jax.configs.run_config import ConfigError, RunConfig, saved_policy_settings
 from loop_configs import toy_config, toy_config_dict
 
 REPO = Path(__file__).resolve().parents[1]
@@ -135,6 +137,38 @@ def test_a_run_saved_before_pad_per_step_existed_resumes_unchanged():
     assert config_changes(old, new) == []
     turned_on = toy_config(**{"agent.train.pad_per_step": True}).snapshot
     assert [(k, safe) for k, _, _, safe in config_changes(old, turned_on)] == [("agent.train.pad_per_step", False)]
+
+
+def test_a_run_saved_with_the_experience_keys_read_by_nothing_resumes_unchanged():
+    """Until 2026-12 the experience section copied a whole policy section; a run saved then holds
+    those keys. They were read by nothing, so their saved values are ignored, whatever they were; the
+    experience model's cached weights keep their key; the saved settings read as before."""
+    new = toy_config().snapshot
+    old = json.loads(json.dumps(new))
+    for key, value in REMOVED_EXPERIENCE_KEYS.items():
+        *parents, leaf = key.split(".")
+        node = old["experience"]
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    assert config_changes(old, new) == []
+    assert experience_key(old, 0, []) == experience_key(new, 0, [])
+    assert saved_policy_settings(old, "experience") == saved_policy_settings(new, "experience")
+    old["experience"]["optimizer"]["b1"] = 0.5  # a value no run ever read
+    assert config_changes(old, new) == []
+
+
+def test_the_experience_section_holds_what_the_experience_model_reads():
+    run = toy_config(**{"experience.optimizer.learning_rate": 3e-3, "experience.train.loss.chunk_size": 64,
+                        "experience.train.micro_batches": 2, "experience.sampling.temperature": 0.5})
+    e = run.experience
+    assert (e.name, e.rule, e.optimizer.learning_rate, e.train.micro_batches) == ("experience", "rwr", 3e-3, 2)
+    assert (e.train.loss.chunk_size, e.train.loss.temperature, e.lora.enabled) == (64, 0.5, False)
+    assert (e.preset, e.model_dir) == (run.agent.preset, run.agent.model_dir)  # "": the agent's source
+    tree = toy_config_dict().to_dict()
+    tree["experience"]["optimizer"]["b1"] = 0.95
+    with pytest.raises(ConfigError, match=r"^config.experience.optimizer.b1: the experience model has no such key"):
+        RunConfig.from_config_dict(tree)
 
 
 def _main(*args, cwd):

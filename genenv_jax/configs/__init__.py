@@ -15,6 +15,6 @@ def config_path(name: str) -> str | None:
     path = os.path.join(CONFIG_DIR, f"{name}.py")
     return path if os.path.isfile(path) else None
 
-# the schema (run_config, settings) and the packaged configs, each a module named by --config=NAME
+# the schema (run_config, settings, experience_settings) and the packaged configs, each a module named by --config=NAME
 __all__ = ["CONFIG_DIR", "config_path", "alfworld", "api_bank", "bamboogle", "base", "bfcl", "bfcl_multiturn", "calc",
-           "run_config", "settings", "study", "study_bfcl", "study_calc_real", "travelplanner"]
+           "experience_settings", "run_config", "settings", "study", "study_bfcl", "study_calc_real", "travelplanner"]

@@ -17,8 +17,9 @@ import os
 import typing
 from typing import Any, Mapping
 
-from genenv_jax.configs.settings import (POLICY_DEFAULTS, POLICY_RULES, CheckpointSettings,
-                                         DomainSettings, DynamicSamplingSettings, EpisodeSettings, EvaluationSettings, LogSettings,
+from genenv_jax.configs.experience_settings import ExperienceSettings, experience_section, without_removed_keys
+from genenv_jax.configs.settings import (POLICY_DEFAULTS, POLICY_RULES, CheckpointSettings, DomainSettings,
+                                         DynamicSamplingSettings, EpisodeSettings, EvaluationSettings, LogSettings,
                                          PolicySettings, ReplaySettings, SamplingSettings, SeedSelectionSettings,
                                          SimulatorObjectiveSettings, TrainSettings, WarmstartSettings, loss_class)
 from genenv_jax.core.config_checks import (ConfigError, check_declared, check_type, defaults, failure, section, setting,
@@ -80,7 +81,7 @@ class RunConfig:
                                       choices=SIMULATOR_FEEDBACK)
     tokenizer_dir: str = setting("", "'' -> the agent's model_dir, else the bundled Qwen2.5 tokenizer",
                                  check=_tokenizer_dir)
-    experience: PolicySettings = setting(in_tree=False)  # mode=dreamgym: the experience model
+    experience: PolicySettings = setting(in_tree=False)  # mode=dreamgym: `ExperienceSettings.policy()`
     dreamgym: DreamGymSettings = setting(factory=DreamGymSettings)
     domain: DomainSettings = setting(factory=DomainSettings)
     curriculum: CurriculumConfig = setting(factory=CurriculumConfig)
@@ -159,14 +160,17 @@ def _simulator_alternatives() -> tuple[str, ...]:
 
 
 def policy_defaults(name: str) -> dict[str, Any]:
-    """The default tree of one policy section (agent, simulator or experience)."""
+    """The default tree of one policy section (agent, simulator or experience). A loss section's
+    temperature is not in the tree: it is the policy's sampling temperature."""
+    if name == "experience":
+        return defaults(ExperienceSettings, POLICY_DEFAULTS[name])
     tree = defaults(PolicySettings, POLICY_DEFAULTS[name])
-    tree["train"]["loss"] = {k: v for k, v in defaults(loss_class(POLICY_RULES[name])).items() if k != "temperature"}
+    tree["train"]["loss"] = defaults(loss_class(POLICY_RULES[name]))
     if name == "simulator":
         tree["share_agent_init"] = True  # start from the agent's initial weights (the paper's setup)
         tree["train"] |= defaults(SimulatorObjectiveSettings)
         for rule in _simulator_alternatives():  # train.grpo: the loss of simulator.train.objective=grpo
-            tree["train"][rule] = {k: v for k, v in defaults(loss_class(rule)).items() if k != "temperature"}
+            tree["train"][rule] = defaults(loss_class(rule))
     return tree
 
 
@@ -179,8 +183,11 @@ def run_defaults() -> dict[str, Any]:
 # The whole tree
 # ----------------------------------------------------------------------------------------------
 def saved_policy_settings(snapshot: Mapping[str, Any], name: str) -> PolicySettings:
-    """A policy's settings from a run's saved config snapshot (e.g. to rebuild its model config)."""
+    """A policy's settings from a run's saved config snapshot (e.g. to rebuild its model config); an
+    experience section saved with the keys it no longer has (`REMOVED_EXPERIENCE_KEYS`) reads without them."""
     tree = {k: v for k, v in snapshot[name].items() if k != "share_agent_init"}
+    if name == "experience":
+        return _sourced(experience_section(without_removed_keys(tree)).policy(), check_source=False)
     rule = POLICY_RULES[name]
     if name == "simulator":
         tree, objective = _simulator_objective(tree, int(snapshot.get("variants_per_seed", 1)))
@@ -219,6 +226,13 @@ def _policy(tree: Mapping[str, Any], name: str, rule: str, check_source: bool = 
     settings = section(PolicySettings, tree, name, skip=("name", "rule"),
                        extra={"name": name, "rule": rule, "sampling": sampling, "optimizer": optimizer, "train": train,
                               "lora": lora})
+    return _sourced(settings, check_source)
+
+
+def _sourced(settings: PolicySettings, check_source: bool) -> PolicySettings:
+    """A policy's settings with its model source resolved (`_resolved_source`) and, with
+    `check_source`, checked (`_check_weights_source`)."""
+    name = settings.name
     if settings.model_dir:
         settings = dataclasses.replace(settings, model_dir=_resolved_source(f"{name}.model_dir", settings.model_dir,
                                                                             fetch=check_source))
@@ -304,11 +318,7 @@ def _build(tree: dict[str, Any], num_devices: int | None) -> RunConfig:
     experience_tree = dict(tree.get("experience") or {})
     if not experience_tree.get("model_dir") and not experience_tree.get("preset"):  # "": the agent's source
         experience_tree.update({k: tree["agent"][k] for k in ("model_dir", "preset", "allow_random_init")})
-    experience = _policy(experience_tree, "experience", POLICY_RULES["experience"],
-                         check_source=scalars["mode"] == "dreamgym")
-    if experience.lora.enabled:
-        raise failure("experience.lora.rank", experience.lora.rank,
-                      "the experience model trains fully (LoRA is for the agent and the simulator); must be 0")
+    experience = _sourced(experience_section(experience_tree).policy(), check_source=scalars["mode"] == "dreamgym")
 
     domain_tree = dict(tree["domain"])
     options = dict(domain_tree.pop("options", None) or {})  # the domain's own keys: its constructor checks them

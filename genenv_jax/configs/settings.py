@@ -90,11 +90,9 @@ class TrainSettings:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class PolicySettings:
-    """One trained LLM: weights, sampling, optimizer, update rule ('grpo' agent, 'rwr' simulator)."""
+class ModelSettings:
+    """A model's weights and layout: the keys every LLM section has (agent, simulator, experience)."""
 
-    name: str = setting(in_tree=False)
-    rule: str = setting(in_tree=False)
     model_dir: str = setting("", "a .gguf file, an HF checkpoint dir, a model name or a hub id; '' -> random init "
                                  "of `preset`")
     preset: str = setting("qwen2.5-7b", "models.preset name (random init, or the layout when model_dir is '')")
@@ -105,6 +103,14 @@ class PolicySettings:
     scan_layers: bool = setting(True, "scan over layers (one compiled layer)")
     attention: str = setting("auto", "auto (splash on TPU, cuDNN on GPU, else blockwise) | einsum | blockwise | ...",
                              choices=ATTENTION_KERNELS)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PolicySettings(ModelSettings):
+    """One trained LLM: weights, sampling, optimizer, update rule ('grpo' agent, 'rwr' simulator)."""
+
+    name: str = setting(in_tree=False)
+    rule: str = setting(in_tree=False)
     sampling: SamplingSettings = setting(factory=SamplingSettings)
     optimizer: OptimizerConfig = setting(factory=OptimizerConfig)
     train: TrainSettings = setting(factory=TrainSettings)
@@ -123,15 +129,15 @@ class PolicySettings:
         return preset(self.preset, **layout)
 
 
-# How the three policies' defaults differ (everything else: the declarations above). The agent
-# (GRPO, batch 64 tasks, PPO mini-batch 16, lr 1e-6) and the simulator (RWR on in-band generated
-# tasks, KL to its initial weights) follow the paper; the experience model (mode=dreamgym) is
-# trained by SFT on real transitions only, and its "" model source means the agent's.
+# How the policies' defaults differ (everything else: the declarations above). The agent (GRPO,
+# batch 64 tasks, PPO mini-batch 16, lr 1e-6) and the simulator (RWR on in-band generated tasks, KL
+# to its initial weights) follow the paper; the experience model (mode=dreamgym, `experience_settings`)
+# is trained by SFT on real transitions only, and its "" model source means the agent's.
 POLICY_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
     "agent": {"sampling.max_new_tokens": 512, "optimizer.learning_rate": 1e-6, "train.tasks_per_step": 16},
     "simulator": {"sampling.max_new_tokens": 1024, "optimizer.learning_rate": 5e-7, "train.tasks_per_step": 64},
     "experience": {"preset": "", "sampling.temperature": 0.3, "sampling.max_new_tokens": 256,
-                   "sampling.max_prompt_len": 2048, "optimizer.learning_rate": 1e-5, "train.tasks_per_step": 16},
+                   "sampling.max_prompt_len": 2048},
 }
 POLICY_RULES = {"agent": "grpo", "simulator": "rwr", "experience": "rwr"}
 

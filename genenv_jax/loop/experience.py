@@ -17,6 +17,7 @@ import logging
 import time
 from typing import Any, Mapping, Sequence
 
+from genenv_jax.configs.experience_settings import REMOVED_EXPERIENCE_KEYS
 from genenv_jax.workdir import storage
 from genenv_jax.workdir.checkpoint_digests import json_digest
 from genenv_jax.dreamgym import sft as experience_sft
@@ -46,9 +47,25 @@ def experience_key(snapshot: Mapping[str, Any], init_seed: int, rows: Sequence[T
     for row in rows:
         rows_digest.update(json.dumps([list(map(int, row.prompt)), list(map(int, row.response))]).encode())
     dreamgym = {k: v for k, v in dict(snapshot.get("dreamgym", {})).items() if k not in LOOP_ONLY_KEYS}
-    what = {"experience": snapshot.get("experience"), "agent": snapshot.get("agent"), "dreamgym": dreamgym,
-            "mesh": snapshot.get("mesh"), "init_seed": init_seed, "rows": rows_digest.hexdigest()}
+    what = {"experience": _as_digested(snapshot.get("experience")), "agent": snapshot.get("agent"),
+            "dreamgym": dreamgym, "mesh": snapshot.get("mesh"), "init_seed": init_seed, "rows": rows_digest.hexdigest()}
     return json_digest(json.loads(json.dumps(what, sort_keys=True, default=str)))[:16]
+
+
+def _as_digested(section: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The experience section as `experience_key` has always digested it: with the keys it lost in
+    2026-12 (`REMOVED_EXPERIENCE_KEYS`, read by nothing) at the values every run had, so that the
+    weights cached by a run saved before then keep their key."""
+    if section is None:
+        return None
+    tree = json.loads(json.dumps(section, default=str))
+    for key, value in REMOVED_EXPERIENCE_KEYS.items():
+        *parents, leaf = key.split(".")
+        node = tree
+        for part in parents:
+            node = node.setdefault(part, {})
+        node.setdefault(leaf, value)
+    return tree
 
 
 class ExperienceWorld:

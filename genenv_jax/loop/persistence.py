@@ -11,6 +11,7 @@ from genenv_jax.loop.state import POLICIES, LoopState
 from genenv_jax.rl.batches import PolicyState
 from genenv_jax.workdir.pools import Pool
 from genenv_jax.configs.run_config import ConfigError, RunConfig, policy_defaults
+from genenv_jax.configs.experience_settings import REMOVED_EXPERIENCE_KEYS
 
 
 def save_state(checkpointer: Checkpointer, state: LoopState, pools: Mapping[str, Pool], config: RunConfig) -> None:
@@ -97,8 +98,12 @@ ADDED_LATER = {"new_tasks_per_epoch": 0, "init_seed": -1, "warmstart.spell_added
                "log.trackers": ["jsonl", "tensorboard"], "log.wandb_project": "genenv_jax",
                "log.mlflow_tracking_uri": "", "log.mlflow_experiment": "genenv_jax",
                **{f"simulator.train.grpo.{k}": v for k, v in policy_defaults("simulator")["train"]["grpo"].items()},
-               **{f"{policy}.train.{key}": value for policy in ("agent", "simulator", "experience")
+               **{f"{policy}.train.{key}": value for policy in ("agent", "simulator")
                   for key, value in (("pad_per_step", False), ("tasks_per_epoch", 0))}}
+# Keys removed later, read by nothing while they existed (the experience section's copies of a
+# policy's optimizer, loss, batching and LoRA keys: `configs.settings.REMOVED_EXPERIENCE_KEYS`): a
+# saved run's values of them are ignored, whatever they were, since no run ever read them.
+REMOVED_LATER = tuple(f"experience.{key}" for key in REMOVED_EXPERIENCE_KEYS)
 # Sections added later that only a mode added with them reads: absent from a saved run of another mode.
 ADDED_LATER_SECTIONS = {"experience.": "dreamgym", "dreamgym.": "dreamgym"}
 
@@ -120,6 +125,8 @@ def config_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list
     for key in sorted(set(old) | set(new)):
         a, b = old.get(key, "<absent>"), new.get(key, "<absent>")
         if a == "<absent>" and key in ADDED_LATER and b == ADDED_LATER[key]:
+            continue
+        if b == "<absent>" and key in REMOVED_LATER:
             continue
         if a == "<absent>" and any(key.startswith(p) and old.get("mode") != m for p, m in ADDED_LATER_SECTIONS.items()):
             continue
