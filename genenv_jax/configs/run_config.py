@@ -3,11 +3,13 @@
 `RunConfig.from_config_dict(cd)` checks every key before any work starts and raises `ConfigError`
 with one line naming the key (`config.agent.sampling.temperature=nan: must be a finite number`).
 Inside the loop only these dataclasses are read. Every key is declared once, with its default, doc
-and allowed values: the top-level keys here, the sections in `settings.py`, mode=dreamgym's in
-`dreamgym/settings.py`, and the learning rules' in `rl/`. `configs/base.py` builds the default
-ConfigDict from the same declarations. Values that must agree are derived here, never copied: a
-policy's loss temperature is its sampling temperature; the domain gets alpha and the band from
-`curriculum`.
+and allowed values (`core.config_checks.setting`): the top-level keys here, the sections in
+`settings.py`, the experience model's in `experience_settings.py`, mode=dreamgym's in
+`dreamgym/settings.py`, the learning rules', the optimizer's and the curriculum's in `rl/`, the
+mesh's in `parallel/`; docs/config.md lists them all (`python -m genenv_jax.tools.config_docs`).
+`configs/base.py` builds the default ConfigDict from the same declarations. Values that must agree
+are derived here, never copied: a policy's loss temperature is its sampling temperature; the
+domain gets alpha and the band from `curriculum`.
 """
 
 from __future__ import annotations

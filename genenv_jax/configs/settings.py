@@ -3,7 +3,10 @@
 several keys; `configs/base.py` builds the default ConfigDict from these declarations.
 
 A policy's defaults that differ between the agent, the simulator and the experience model are in
-`POLICY_DEFAULTS`; its update rule's loss section comes from `rl.GRPOConfig` / `rl.RWRConfig`.
+`POLICY_DEFAULTS`; its update rule's loss section comes from `rl.GRPOConfig` / `rl.RWRConfig`, its
+optimizer from `rl.OptimizerConfig`. The experience model has its own small section
+(`experience_settings.ExperienceSettings`): only the keys it reads. docs/config.md lists every key
+(`python -m genenv_jax.tools.config_docs`).
 """
 
 from __future__ import annotations
