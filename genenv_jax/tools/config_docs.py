@@ -11,21 +11,23 @@ docs/config.md differs, and fails when a key of the tree has no declaration or n
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 import typing
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
+from genenv_jax.configs.base import FREE_FORM  # the domain's own keys: one leaf
 from genenv_jax.configs.experience_settings import REMOVED_EXPERIENCE_KEYS, ExperienceSettings
 from genenv_jax.configs.run_config import RunConfig, run_defaults
 from genenv_jax.configs.settings import POLICY_RULES, PolicySettings, SimulatorObjectiveSettings, loss_class
 from genenv_jax.core.config_checks import Placeholder, rule_text
+from genenv_jax.core.errors import ArgumentParser, check_not_empty, command
 from genenv_jax.rl import POLICY_LOSSES
+from genenv_jax.tools.api_docs import check_out
+from genenv_jax.workdir.atomic_files import write_bytes_atomic
 
-FREE_FORM = ("domain.options",)  # a section of the domain's own keys (its constructor checks them)
-
+PROGRAM = "python -m genenv_jax.tools.config_docs"
 
 @dataclasses.dataclass(frozen=True)
 class Declared:
@@ -156,17 +158,24 @@ def render() -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m genenv_jax.tools.config_docs",
-                                     description=__doc__.split("\n")[0])
-    parser.add_argument("--out", help="write the page here (default: stdout)")
+@command(PROGRAM)
+def main(argv: Sequence[str] | None = None) -> int:
+    """Writes the page to `--out` (a bad path refused in one line before anything is rendered, the
+    file replaced whole) or prints it; the same command line as `api_docs`."""
+    parser = ArgumentParser(prog=PROGRAM, description=__doc__.split("\n")[0])
+    parser.add_argument("--out", help="write the page here, replacing the file whole once it is rendered "
+                                      "(default: stdout)")
     args = parser.parse_args(argv)
+    if args.out is not None:
+        check_not_empty(args, ("out",))
+        check_out(args.out)
     page = render()
-    if args.out:
-        Path(args.out).write_text(page)
-    else:
+    if args.out is None:
         sys.stdout.write(page)
+    else:
+        write_bytes_atomic(Path(args.out), page.encode("utf-8"))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
