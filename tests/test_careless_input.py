@@ -308,8 +308,8 @@ ADAPTER_CONFIGS = [
     ("rank-a-string", {"r": "4"}, "r='4': must be an integer"),
     ("zero-rank", {"r": 0}, "r=0: must be >= 1 (the adapters' rank)"),
     ("nan-alpha", {"lora_alpha": float("nan")}, "lora_alpha=nan: must be a finite number"),
-    ("negative-alpha", {"lora_alpha": -1}, "LoRA alpha must be a finite number > 0, got -1.0"),
-    ("dropout-one", {"lora_dropout": 1.0}, "LoRA dropout must lie in [0, 1), got 1.0"),
+    ("negative-alpha", {"lora_alpha": -1}, "lora_alpha=-1.0: must be a finite number > 0"),
+    ("dropout-one", {"lora_dropout": 1.0}, "lora_dropout=1.0: must lie in [0, 1)"),
     ("modules-a-regex", {"target_modules": "q_proj"},
      "target_modules='q_proj': expected a list of projection names ['down_proj', 'gate_proj', 'k_proj', 'o_proj', "
      "'q_proj', 'up_proj', 'v_proj'] or \"all-linear\""),

@@ -98,9 +98,11 @@ def test_lora_config_keys_are_checked_at_the_edge():
     assert c.agent.lora == lora_lib.LoRAConfig(rank=8, targets=("q", "v"))
     assert c.agent.model_config().lora_scale == 2.0 and c.agent.model_config().param_dtype == "float32"
     for key, value, expected in (("agent.lora.rank", -1, "config.agent.lora.rank=-1"),
-                                 ("agent.lora.targets", ("q", "w"), "config.agent.lora: LoRA targets"),
-                                 ("simulator.lora.alpha", 0.0, "LoRA alpha"),
-                                 ("agent.lora.dropout", 1.0, "LoRA dropout must lie in")):
+                                 ("agent.lora.targets", ("q", "w"), r"^config.agent.lora.targets=\('q', 'w'\): \['w'\] are "
+                                                                    "not projections"),
+                                 ("simulator.lora.alpha", 0.0, r"^config.simulator.lora.alpha=0.0: must be a finite "
+                                                               r"number > 0$"),
+                                 ("agent.lora.dropout", 1.0, r"^config.agent.lora.dropout=1.0: must lie in \[0, 1\)$")):
         with pytest.raises(ConfigError, match=expected):
             toy_config(**{key: value})
     tree = toy_config_dict().to_dict()  # the experience model trains fully: its section has no lora keys

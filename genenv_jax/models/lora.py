@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
-from genenv_jax.core.config_checks import setting
+from genenv_jax.core.config_checks import KeyProblem, check_fields, setting
 from genenv_jax.models.config import ModelConfig
 
 Params = Any
@@ -43,26 +43,39 @@ TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 BLOCK_OF = {"q": "attn", "k": "attn", "v": "attn", "o": "attn", "gate": "mlp", "up": "mlp", "down": "mlp"}
 
 
+def _alpha(value: float) -> str | None:
+    """a finite number > 0"""
+    return None if math.isfinite(value) and value > 0 else "must be a finite number > 0"
+
+
+def _dropout(value: float) -> str | None:
+    """in [0, 1)"""
+    return None if math.isfinite(value) and 0.0 <= value < 1.0 else "must lie in [0, 1)"
+
+
+def _targets(value: tuple[str, ...]) -> str | None:
+    """a subset of q, k, v, o, gate, up, down"""
+    unknown = sorted(set(value) - set(TARGETS))
+    return f"{unknown} are not projections; expected a subset of {list(TARGETS)}" if unknown else None
+
+
 @dataclasses.dataclass(frozen=True)
 class LoRAConfig:
     """rank 0: no adapters (full fine-tuning). `targets`: which projections get one. Declared as a
-    policy's `lora` config section (`--config.agent.lora.rank=16`)."""
+    policy's `lora` config section (`--config.agent.lora.rank=16`); a bad value names its key
+    (`config.agent.lora.alpha=0.0: must be a finite number > 0`)."""
 
     rank: int = setting(0, "LoRA rank; 0: full fine-tuning", minimum=0)
-    alpha: float = setting(16.0, "the deltas' scale is alpha / rank")
-    targets: tuple[str, ...] = setting(TARGETS, "adapted projections, a subset of q, k, v, o, gate, up, down")
-    dropout: float = setting(0.0, "dropout on each adapter's input in training steps (PEFT's lora_dropout)")
+    alpha: float = setting(16.0, "the deltas' scale is alpha / rank", check=_alpha)
+    targets: tuple[str, ...] = setting(TARGETS, "the projections that get adapters",
+                                       check=_targets)
+    dropout: float = setting(0.0, "dropout on each adapter's input in training steps (PEFT's lora_dropout)",
+                             check=_dropout)
 
     def __post_init__(self):
-        if self.rank < 0:
-            raise ValueError(f"LoRA rank must be >= 0, got {self.rank}")
-        unknown = sorted(set(self.targets) - set(TARGETS))
-        if unknown or (self.rank and not self.targets):
-            raise ValueError(f"LoRA targets {list(self.targets)}: expected a non-empty subset of {list(TARGETS)}")
-        if not (math.isfinite(self.alpha) and self.alpha > 0):
-            raise ValueError(f"LoRA alpha must be a finite number > 0, got {self.alpha}")
-        if not (math.isfinite(self.dropout) and 0.0 <= self.dropout < 1.0):
-            raise ValueError(f"LoRA dropout must lie in [0, 1), got {self.dropout}")
+        check_fields(self)
+        if self.rank and not self.targets:
+            raise KeyProblem(self, "targets", "adapters (rank > 0) need at least one target")
 
     @property
     def enabled(self) -> bool:

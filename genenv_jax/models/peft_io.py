@@ -18,12 +18,15 @@ from typing import Any
 
 import numpy as np
 
+from genenv_jax.core.config_checks import KeyProblem
 from genenv_jax.models.config import ModelConfig
 from genenv_jax.models.lora import BLOCK_OF, TARGETS, LoRAConfig, adapter_shapes, targets_of
 
 Params = Any
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
+# LoRAConfig's fields under the names adapter_config.json gives them
+_PEFT_KEY = {"rank": "r", "alpha": "lora_alpha", "targets": "target_modules", "dropout": "lora_dropout"}
 _MODULE = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
            "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
 
@@ -130,8 +133,8 @@ def load_peft_adapters(directory: str | os.PathLike, cfg: ModelConfig) -> tuple[
     dropout = _number(config, "lora_dropout", float, config_path, default=0.0)
     try:
         lora = LoRAConfig(rank=rank, alpha=alpha, targets=targets, dropout=dropout)
-    except ValueError as e:  # LoRAConfig's ranges (alpha > 0, dropout in [0, 1)), with the file
-        raise ValueError(f"{config_path}: {e}") from None
+    except KeyProblem as e:  # LoRAConfig's ranges (alpha > 0, dropout in [0, 1)), under PEFT's key names
+        raise ValueError(f"{config_path}: {_PEFT_KEY[e.key]}={e.value!r}: {e.problem}") from None
     tensors = load_file(str(weights_path))
     tree: dict[str, dict[str, Any]] = {"attn": {}, "mlp": {}}
     expected = adapter_shapes(cfg, lora)["layers"]
