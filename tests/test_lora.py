@@ -1,6 +1,7 @@
 """LoRA adapters on the one model path (models/lora.py, models/primitives.py): B = 0 leaves the
-base model exactly, an adapted tree equals its merged weights, the cached decode path applies the
-adapters as the training forward does, and gradients reach the adapters only."""
+base model (to float32 rounding: another XLA program), an adapted tree equals its merged weights,
+the cached decode path applies the adapters as the training forward does, and gradients reach the
+adapters only."""
 
 import jax
 import jax.numpy as jnp
@@ -50,14 +51,17 @@ def test_bad_settings_are_refused(bad):
         LoRAConfig(**bad)
 
 
-def test_b_zero_gives_the_base_logits_exactly(model):
+def test_b_zero_gives_the_base_logits(model):
     cfg, params = model
     adapters = init_adapters(cfg, LORA, jax.random.key(1))
     assert all(not np.any(np.asarray(b)) for n, b in jax.tree_util.tree_flatten_with_path(adapters)[0]
                if n[-1].key.endswith("_lora_b"))
     tokens = _tokens(cfg)
-    np.testing.assert_array_equal(np.asarray(forward(cfg, with_adapters(params, adapters), tokens)),
-                                  np.asarray(forward(cfg, params, tokens)))
+    # Every adapter term is an exact zero, but the adapted tree compiles to another XLA program than
+    # the base's, which may order the base matmuls' sums differently on another CPU: equal to float32
+    # rounding (1e-6 is ~30 ulps of these logits, all below 1), not bit for bit.
+    np.testing.assert_allclose(np.asarray(forward(cfg, with_adapters(params, adapters), tokens)),
+                               np.asarray(forward(cfg, params, tokens)), atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("targets", [TARGETS, ("q", "v"), ("o", "down")])
