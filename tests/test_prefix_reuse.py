@@ -43,6 +43,11 @@ def _groups(rng, tasks, copies, shared=24, own=(5, 30)):
 
 
 def _same(a, b):
+    """Tokens exactly, logprobs to 1e-5. Reuse runs other programs than a full prefill (a prefix's
+    keys come from a shorter prefill), whose float32 sums may run in another order on another CPU, so
+    tokens agree by margin: on these normal(0.02) micro weights the smallest greedy top-1 / top-2
+    logit gap is 4e-5 (measured on the shared-prefix prompts; 6e-4 and more on the others), against
+    logprob differences of at most 1e-6 (two float32 ulps) measured between the two programs."""
     assert a.token_lists() == b.token_lists() and a.finish_reasons == b.finish_reasons
     np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
 
