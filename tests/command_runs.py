@@ -35,6 +35,7 @@ IN_PROCESS = {
     "download": "genenv_jax.data.download",
     "study.report": "genenv_jax.study.report",
     "api_docs": "genenv_jax.tools.api_docs",
+    "config_docs": "genenv_jax.tools.config_docs",
     "slurm": REPO / "tpu" / "slurm.py",
     "tpu": REPO / "tpu" / "tpu.py",
 }

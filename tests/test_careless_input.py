@@ -24,6 +24,7 @@ import pytest
 from tests.command_runs import DIR, DOWNLOAD, EVAL, MAIN, TP, TP_EVAL, check_case, run_in_process, snapshot
 
 API_DOCS = "python -m genenv_jax.tools.api_docs: error: "
+CONFIG_DOCS = "python -m genenv_jax.tools.config_docs: error: "
 ACCOMMODATIONS = "tp/database/accommodations/clean_accommodations_2022.csv"
 
 
@@ -188,6 +189,13 @@ CASES = [
     ("api-docs-empty-out", "api_docs", ["--out="], {}, f"{API_DOCS}--out is empty; give a value"),
     ("api-docs-unknown-flag", "api_docs", ["--out={t}/api.md", "--bogus"], {"api.md": "old page\n"},
      f"{API_DOCS}unrecognized arguments: --bogus (see --help)"),
+    # --- tools.config_docs: the same command line as api_docs
+    ("config-docs-out-in-a-missing-directory", "config_docs", ["--out={t}/missing/config.md"], {},
+     f"{CONFIG_DOCS}--out {{t}}/missing/config.md: no directory {{t}}/missing; create it first"),
+    ("config-docs-out-is-a-directory", "config_docs", ["--out={t}/docs"], {"docs/config.md": "old page\n"},
+     f"{CONFIG_DOCS}--out {{t}}/docs: is a directory, expected a file path"),
+    ("config-docs-unknown-flag", "config_docs", ["--out={t}/config.md", "--bogus"], {"config.md": "old page\n"},
+     f"{CONFIG_DOCS}unrecognized arguments: --bogus (see --help)"),
 ]
 
 KEYERROR_CONFIG = "import ml_collections\n\n\ndef get_config():\n    d = {}\n    return ml_collections.ConfigDict({'x': d['y']})\n"
