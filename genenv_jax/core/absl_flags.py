@@ -21,6 +21,23 @@ HELP_FLAGS = ("-?", "-h", "--help", "--helpshort", "--helpfull", "--helpxml")
 
 # absl's text for a flag marked required and not given
 _REQUIRED = re.compile(r"Flag (--\w+) must have a value other than None")
+# absl's texts for a value its parser refused and for a flag nobody defined
+_BAD_VALUE = re.compile(r"^flag (--[\w.]+=.*?): (.*)$")
+_UNKNOWN = re.compile(r"^Unknown command line flag '([\w.]+)'")
+# the parsers' reasons in words (Python's own texts quote the literal the flag already shows)
+_REASONS = (("invalid literal for int()", "expected an integer"),
+            ("could not convert string to float", "expected a number"))
+
+
+def _flag_problem(error: flags.Error) -> str:
+    """absl's flag error as `--name=value: problem` (or `--name: no such flag`), else its own text."""
+    text = one_line(error)
+    if (unknown := _UNKNOWN.match(text)) is not None:
+        return f"--{unknown.group(1)}: no such flag (see --help)"
+    if (bad := _BAD_VALUE.match(text)) is not None:
+        reason = next((words for start, words in _REASONS if bad.group(2).startswith(start)), bad.group(2))
+        return f"{bad.group(1)}: {reason}"
+    return f"bad command line: {text}"
 
 Explain = Callable[[BaseException], "str | None"]
 
@@ -46,7 +63,7 @@ def _no_absl_warnings():
 
 def parse_flags(argv: list[str], program: str, explain: Explain | None = None) -> list[str]:
     """`flags.FLAGS(argv)` with each failure as one line. `explain(error)` names a cause the
-    command knows (None: a flag error is `bad command line: ...`, any other error is re-raised,
+    command knows (None: a flag error is `--name=value: problem`, any other error is re-raised,
     a bug keeping its traceback)."""
     try:
         with _no_absl_warnings():
@@ -60,7 +77,7 @@ def parse_flags(argv: list[str], program: str, explain: Explain | None = None) -
         if message is None and required is not None:  # absl: "flag --x=None: Flag --x must have a value ..."
             message = f"{required.group(1)} is required; give a value (see --help)"
         if message is None and isinstance(e, flags.Error):
-            message = f"bad command line: {one_line(e)}"
+            message = _flag_problem(e)
         if message is None:
             raise
         die(message, program)
