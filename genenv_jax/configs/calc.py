@@ -43,7 +43,7 @@ REAL_CPU = {
     "agent.sampling.batch_size": 128,      # 192 rollouts in two waves: decode matmuls of 128 rows run ~1.5x
                                            # the FLOP/s of 32 on this CPU
     "simulator.sampling.temperature": 0.8, "simulator.sampling.max_new_tokens": 64,
-    "simulator.sampling.max_prompt_len": 768, "simulator.sampling.batch_size": 80,
+    "simulator.sampling.max_prompt_len": 768, "simulator.sampling.batch_size": 40,
     "agent.optimizer.learning_rate": 5e-5,
     "simulator.optimizer.learning_rate": 1e-4,  # LoRA's usual rate: one step an epoch must be able to move it
     "episodes.max_turns": 1,
