@@ -185,14 +185,15 @@ CASES = [
     ("api_bank-no-data-dir", "api_bank", [], {},
      f"{API_BANK}the following arguments are required: --data_dir (see --help)"),
     ("api_bank-missing-data", "api_bank", ["--data_dir={t}/missing"], {},
-     f"{API_BANK}{{t}}/missing/init_database: no such init_database directory (download API-Bank first)"),
+     f"{API_BANK}--data_dir {{t}}/missing: no such directory (python -m genenv_jax.data.download api_bank --dest DIR)"),
+    ("api_bank-not-a-download", "api_bank", ["--data_dir={t}"], {},
+     f"{API_BANK}{{t}}/init_database: no such init_database directory (download API-Bank first)"),
     ("api_bank-bad-scoring", "api_bank", ["--data_dir={t}", "--scoring=lenient"], {},
      f"{API_BANK}argument --scoring: invalid choice: 'lenient' {SCORINGS}"),
     # --- domains.bamboogle
     ("bamboogle-missing-data", "bamboogle", ["--data_dir={t}/missing", "--items={t}/items.jsonl"],
      {"items.jsonl": '{"task_id": "test_0", "response": "x"}\n'},
-     f"{BAMBOOGLE}bamboogle: data_dir '{{t}}/missing' is not a directory (python -m genenv_jax.data.download "
-     "bamboogle --dest DIR, then data_dir=DIR)"),
+     f"{BAMBOOGLE}--data_dir {{t}}/missing: no such directory (python -m genenv_jax.data.download bamboogle --dest DIR)"),
     ("bamboogle-missing-items", "bamboogle", [f"--data_dir={BAMBOOGLE_DATA}", "--items={t}/nope.jsonl"], {},
      f"{BAMBOOGLE}{{t}}/nope.jsonl: no such file or directory"),
     ("bamboogle-empty-items", "bamboogle", BAMBOOGLE_ITEMS, {"items.jsonl": ""},

@@ -205,3 +205,11 @@ def check_within(value: float, flag: str, low: float, high: float) -> None:
     """Refuses a numeric flag outside [low, high] (NaN included)."""
     if not low <= value <= high:
         raise CommandError(f"{flag}={value}: must lie in [{low}, {high}]")
+
+
+def check_input_directory(path: str | os.PathLike, flag: str, hint: str = "") -> None:
+    """Refuses an input directory flag whose path is missing or not a directory, naming the flag (and
+    `hint`, how to get the directory) before the command reads anything under it."""
+    if not os.path.isdir(path):
+        problem = "not a directory" if os.path.exists(path) else "no such directory"
+        raise CommandError(f"{flag} {path}: {problem}" + (f" ({hint})" if hint else ""))

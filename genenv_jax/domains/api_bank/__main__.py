@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from genenv_jax.core.errors import ArgumentParser, command
+from genenv_jax.core.errors import ArgumentParser, check_input_directory, command
 from genenv_jax.domains.api_bank.calls import CALL_FORMATS
 from genenv_jax.domains.api_bank.correctness import SCORINGS
 from genenv_jax.domains.api_bank.domain import APIBankDomain
@@ -26,6 +26,7 @@ def main(argv=None) -> int:
                    help="API-Bank's own protocol (official scoring's default): score each call on a fresh state "
                         "without replaying earlier calls")
     args = p.parse_args(argv)
+    check_input_directory(args.data_dir, "--data_dir", "python -m genenv_jax.data.download api_bank --dest DIR")
     formats = CALL_FORMATS if args.call_format == "both" else (args.call_format,)
     scorings = SCORINGS if args.scoring == "both" else (args.scoring,)
     for scoring in scorings:

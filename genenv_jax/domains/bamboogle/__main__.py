@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from genenv_jax.core.errors import ArgumentParser, CommandError, command, one_line
+from genenv_jax.core.errors import ArgumentParser, CommandError, check_input_directory, command, one_line
 from genenv_jax.domains.bamboogle.data import DataMissing, read_questions
 from genenv_jax.domains.bamboogle.episode import score_responses
 
@@ -44,6 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--data_dir", required=True, help="the Bamboogle download the evaluation used")
     p.add_argument("--items", required=True, help="an evaluation's items.jsonl")
     args = p.parse_args(argv)
+    check_input_directory(args.data_dir, "--data_dir", "python -m genenv_jax.data.download bamboogle --dest DIR")
     golds = {q.qid: q.answers for q in read_questions(args.data_dir)}
     responses = read_items(Path(args.items))
     if not responses:
