@@ -53,7 +53,7 @@ def test_heldout_items_equal_the_evaluation_commands(loop):
     mine = _items(tmp / "run" / "heldout" / "epoch_0000.jsonl")
     # The command's library call, as `python -m genenv_jax.evaluation --split=test --max_per_category=3
     # --sample_seed=0 --batch_size=4 --max_new_tokens=12` runs it, on the same initial params.
-    report = evaluate_params(co.agent.cfg, co.initial_weights()[0], co.ctx.domain, tasks, co.ctx.text.tokenizer,
+    report = evaluate_params(co.agent.cfg, co.weights.initial()[0], co.ctx.domain, tasks, co.ctx.text.tokenizer,
                              max_new_tokens=12, batch_size=4, max_turns=co.config.episodes.max_turns, progress=False)
     command = [dict(task_id=it.task_id, category=it.category, reward=it.reward, response=it.response)
                for it in report.items]

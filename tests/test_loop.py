@@ -94,7 +94,7 @@ def test_loop_runs_from_hf_model_dirs(tmp_path):
                                 "simulator.share_agent_init": False})
     loop = CoEvolution(c, tmp_path / "run")
     assert tokenization.has_tokenizer_files(dirs["agent"]) and loop.ctx.text.tokenizer.name_or_path == str(dirs["agent"])
-    initial_agent, initial_env = loop.initial_weights()
+    initial_agent, initial_env = loop.weights.initial()
     assert _params_equal(initial_agent, init_params(cfg, jax.random.key(0)))
     assert _params_equal(initial_env, init_params(cfg, jax.random.key(1)))
     rows = loop.run()

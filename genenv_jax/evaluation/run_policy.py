@@ -2,7 +2,7 @@
 
 The checkpoint holds what the loop trained: full params, or under LoRA only the adapters. The
 frozen base of a LoRA policy is never saved, so it is rebuilt from the run's saved config as the
-loop builds it (`loop.coevolution.CoEvolution.initial_weights`) and checked against the digest the
+loop builds it (`loop.weights.PolicyWeights.initial`) and checked against the digest the
 run recorded, so adapters are never merged into another base than the one they were trained on.
 Both the evaluator (`evaluation.evaluate.load_run_agent`) and the export command read policies
 through `load_run_policy`.
@@ -73,7 +73,7 @@ def policy_settings(snapshot: Mapping[str, Any], name: str):
 
 
 def _init_seed(snapshot: Mapping[str, Any], name: str) -> int:
-    """The seed the policy's initial weights were drawn from (the loop's `initial_weights`)."""
+    """The seed the policy's initial weights were drawn from (the loop's `PolicyWeights.initial`)."""
     from genenv_jax.configs.run_config import saved_init_seed
 
     seed = saved_init_seed(snapshot)

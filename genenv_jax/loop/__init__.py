@@ -1,8 +1,11 @@
-"""The co-evolution loop: typed state, task sources, rollouts, updates, records, checkpoint/resume."""
+"""The co-evolution loop: the epoch and the run (`CoEvolution`), both policies' weights apart from it
+(`PolicyWeights`), typed state, task sources, rollouts, updates, records, checkpoint/resume."""
 
 from genenv_jax.loop.coevolution import POOLS, CoEvolution
 from genenv_jax.loop.policy import Policy
 from genenv_jax.loop.state import LoopState, SeedStats
+from genenv_jax.loop.weights import PolicyWeights
 from genenv_jax.rl.batches import NonFiniteLossError, PolicyState
 
-__all__ = ["CoEvolution", "LoopState", "NonFiniteLossError", "POOLS", "Policy", "PolicyState", "SeedStats"]
+__all__ = ["CoEvolution", "LoopState", "NonFiniteLossError", "POOLS", "Policy", "PolicyState", "PolicyWeights",
+           "SeedStats"]

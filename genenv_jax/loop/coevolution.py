@@ -24,32 +24,31 @@ import time
 
 from tqdm.auto import tqdm
 
+from genenv_jax.configs.run_config import RunConfig
 from genenv_jax.core.compile_clock import compile_totals
-from genenv_jax.rl import curriculum
-from genenv_jax.workdir import storage
-from genenv_jax.workdir.checkpoints import Checkpointer
 from genenv_jax.domains import DOMAINS, get_domain
+from genenv_jax.dreamgym.domains import domain_support
 from genenv_jax.episodes import open_environments
 from genenv_jax.loop import dynamic_sampling, learning, records, shared_pools
-from genenv_jax.text.chat_text import ChatText
-from genenv_jax.dreamgym.domains import domain_support
 from genenv_jax.loop.context import LoopContext, training_seeds
 from genenv_jax.loop.experience import ExperienceWorld, default_cache_dir
 from genenv_jax.loop.heldout import HeldOut
 from genenv_jax.loop.mode import Mode
-from genenv_jax.loop.persistence import check_bases, check_config_change, load_state, save_state
-from genenv_jax.loop.policy import Policy, build_policy, copy_params
+from genenv_jax.loop.persistence import check_config_change, load_state, save_state
 from genenv_jax.loop.rollouts import rollouts
-from genenv_jax.loop.state import POLICIES, RECENT_SUCCESS_KEPT, LoopState, SeedStats
+from genenv_jax.loop.state import RECENT_SUCCESS_KEPT, LoopState, SeedStats
 from genenv_jax.loop.tasks import (CurriculumTasks, GeneratedTasks, StaticTasks, TaskGenerator, TaskSource,
                                    agent_tasks, replay_tasks)
-from genenv_jax.loop.warmstart_cache import cached_warmstart, warmstart_key
-from genenv_jax.workdir.checkpoint_digests import tree_digest
-from genenv_jax.workdir.metrics import HELDOUT_DIR, MetricsWriter, plot_curves, read_metrics, summary_table, truncate_metrics
+from genenv_jax.loop.weights import PolicyWeights
 from genenv_jax.parallel import barrier, broadcast_object, check_same_on_all, is_writer, make_mesh
-from genenv_jax.configs.run_config import RunConfig
-from genenv_jax.sampling import PrefixCacheConfig, Sampler
+from genenv_jax.rl import curriculum
+from genenv_jax.text.chat_text import ChatText
+from genenv_jax.workdir import storage
+from genenv_jax.workdir.checkpoint_digests import tree_digest
+from genenv_jax.workdir.checkpoints import Checkpointer
 from genenv_jax.workdir.lock import WorkdirLock, WorkdirLockedError
+from genenv_jax.workdir.metrics import (HELDOUT_DIR, MetricsWriter, plot_curves, read_metrics, summary_table,
+                                       truncate_metrics)
 
 POOLS = ("d_train", "d_env", "static_tasks")
 REPLAY_POOL = "replay"  # mode=dreamgym: the experience model's replay buffer
@@ -69,20 +68,8 @@ class CoEvolution:
         if self.mode.needs_dreamgym:
             domain_support(domain)  # a domain without DreamGym's pieces fails here, before any work
         self.ctx = LoopContext(config, domain, text, training_seeds(config, domain, text))
-        samplers: dict = {}
-
-        warm_lr = config.warmstart.learning_rate if config.warmstart.enabled else None
-
-        def policy(settings, sft_lr: float | None = warm_lr) -> Policy:
-            cfg = settings.model_config().replace(param_dtype=settings.param_dtype)
-            pool = settings.sampling.prefix_cache_tokens
-            if (cfg, pool) not in samplers:  # policies of one shape share compiled programs
-                samplers[cfg, pool] = Sampler(cfg, self.mesh, pad_id=text.pad_id,
-                                              prefix_cache=PrefixCacheConfig(tokens=pool))
-            return build_policy(settings, self.mesh, samplers[cfg, pool], warmstart_lr=sft_lr)
-
-        self.agent = policy(config.agent)
-        self.simulator = policy(config.simulator)
+        self.weights = PolicyWeights(self.ctx, self.mesh)  # both policies and everything about their weights
+        self.agent, self.simulator = self.weights.agent, self.weights.simulator
         self.environments = open_environments(domain, DOMAINS[config.domain.name], config.domain.options,
                                               config.episodes.env_workers, config.episodes.limits())
         self.world = None  # mode=dreamgym with synthetic epochs: the experience model's side
@@ -94,95 +81,38 @@ class CoEvolution:
             "curriculum": lambda: CurriculumTasks(self.ctx, generator),
             "generated": lambda: GeneratedTasks(self.ctx, generator)}[self.mode.task_source]()
         if world:
-            experience = policy(config.experience, config.experience.optimizer.learning_rate)  # SFT only
+            experience = self.weights.build(config.experience, config.experience.optimizer.learning_rate)  # SFT only
             self.world = ExperienceWorld(self.ctx, experience, self.pools[REPLAY_POOL],
                                          default_cache_dir(config.warmstart.cache_dir, self.workdir))
         self.heldout = HeldOut(self.ctx, self.agent, self.environments, self.workdir / HELDOUT_DIR)
         self.checkpointer = Checkpointer(self.workdir / "checkpoints", max_to_keep=config.checkpoint.keep)
-        self.warmstart_metrics: dict[str, float] = {}
+        self.world_metrics: dict[str, float] = {}  # the experience model's set-up (`ExperienceWorld.start`)
         self.final_state: LoopState | None = None  # set when `run` ends
 
     # ------------------------------------------------------------------ state
-    def initial_weights(self):
-        """(agent, simulator) model weights as the config defines them, before any training: the
-        full params, or under LoRA the frozen bases. A LoRA base is held once when both policies
-        start from the same source (`share_agent_init`, or one model_dir) in the same dtype and layout."""
-        c, a, s = self.config, self.agent, self.simulator
-        agent = a.initial_params(c.init_seed)
-        if c.share_agent_init and not a.trains_adapters and not s.trains_adapters:
-            return agent, copy_params(agent)  # full fine-tuning trains (and donates) each copy
-        if c.shares_lora_base():
-            return agent, agent  # one base: both policies' trained trees are adapters over it
-        return agent, s.initial_params(c.init_seed if c.share_agent_init else c.init_seed + 1)
+    @property
+    def warmstart_metrics(self) -> dict[str, float]:
+        """The starting row's set-up metrics: the experience model's, then the policies' warm-start."""
+        return self.world_metrics | self.weights.warmstart_metrics
 
     def fresh_state(self) -> LoopState:
-        """Initial (optionally warm-started) weights, their references and optimizer states; epoch -1."""
-        c = self.config
-        weights = dict(zip(POLICIES, self.initial_weights()))
-        policies = {"agent": self.agent, "simulator": self.simulator}
-        trained = {name: p.initial_trained(weights[name], c.init_seed + i) for i, (name, p) in enumerate(policies.items())}
-        bases = self._base_records(weights)
-        steps = {"agent": c.warmstart.agent_steps, "simulator": c.warmstart.simulator_steps}
-        warmed = {name: c.warmstart.enabled and steps[name] > 0 for name in POLICIES}  # 0 steps: as it is
-        if any(warmed.values()):
-            rows = dict(zip(POLICIES, learning.warmstart_examples(self.ctx)))
-            for name, p in policies.items():
-                if warmed[name]:
-                    trained[name], metrics = self._warmstart(p, trained[name], rows[name], p.frozen_of(weights[name]),
-                                                             bases.get(name))
-                    self.warmstart_metrics |= metrics
-        states = {name: p.new_state(trained[name], p.frozen_of(weights[name]), warmed[name])
-                  for name, p in policies.items()}
-        return LoopState(epoch=-1, agent=states["agent"], simulator=states["simulator"],
-                         warm_started=any(warmed.values()), bases=bases)
-
-    def _base_records(self, weights) -> dict[str, dict]:
-        """name -> {digest, source} of each LoRA policy's frozen base (one digest per shared base)."""
-        digests: dict[int, str] = {}
-        out = {}
-        for name, policy in (("agent", self.agent), ("simulator", self.simulator)):
-            if policy.trains_adapters:
-                base = weights[name]
-                digest = digests.setdefault(id(base), tree_digest(base))
-                s = policy.settings
-                out[name] = {"digest": digest, "source": s.model_dir or f"random init of preset {s.preset}",
-                             "dtype": s.param_dtype}
-        return out
-
-    def _warmstart(self, policy: Policy, params, rows, frozen, base: dict | None) -> tuple[object, dict]:
-        """SFT of one policy on its warm-start rows, or its weights from `warmstart.cache_dir`."""
-        def train():
-            return learning.warmstart(self.ctx, policy, params, rows, frozen)
-        cache_dir = self.config.warmstart.cache_dir
-        if not cache_dir:
-            return train()
-        key = warmstart_key(self.config.snapshot, policy.name, self.config.init_seed, rows,
-                            base_digest=None if base is None else base["digest"])
-        return cached_warmstart(cache_dir, key, policy.name, policy.update.abstract_params(), train)
+        """The state a fresh run starts from (`PolicyWeights.fresh_state`)."""
+        return self.weights.fresh_state()
 
     def load_or_init(self) -> LoopState:
+        """The newest checkpoint's state with the pools rolled back to it, or a fresh state; the
+        experience model (mode=dreamgym) is fitted or reloaded once the replay pool is resumed."""
         check_config_change(self.checkpointer, self.config)
-        targets = {"agent": self.agent.abstract_state(with_reference=True),
-                   "simulator": self.simulator.abstract_state(with_reference=True)}
-        state = load_state(self.checkpointer, targets, shared_pools.writable(self.pools))
+        state = load_state(self.checkpointer, self.weights.restore_targets(), shared_pools.writable(self.pools))
         shared_pools.sync(self.pools, "resume")
         if self.world is not None:  # the replay pool is resumed: open the buffer, fit or reload the model
-            self.warmstart_metrics |= self.world.start()
+            self.world_metrics |= self.world.start()
         if state is None:
             if is_writer():
                 (self.workdir / "metrics.jsonl").unlink(missing_ok=True)  # rows of a run that never checkpointed
-            return self.fresh_state()
+            return self.weights.fresh_state()
         logging.info("resuming after epoch %d from %s", state.epoch, self.checkpointer.directory)
-        if state.agent.reference is None or any(p.trains_adapters for p in (self.agent, self.simulator)):  # full fine-tuning references are the initial weights; LoRA bases are never saved
-            agent, simulator = self.initial_weights()
-            check_bases(self.checkpointer.directory, state, self._base_records({"agent": agent, "simulator": simulator}))
-            for name, policy, weights in (("agent", self.agent, agent), ("simulator", self.simulator, simulator)):
-                ps = state.policy(name)
-                if policy.trains_adapters:
-                    ps = ps.replace(frozen=weights)
-                elif ps.reference is None:
-                    ps = ps.replace(reference=weights)
-                setattr(state, name, ps)
+        self.weights.resume(state, self.checkpointer.directory)
         if is_writer():
             truncate_metrics(self.workdir / "metrics.jsonl", state.epoch)
         return state
@@ -235,7 +165,8 @@ class CoEvolution:
                 {t: s.in_band for t, s in by_task.items()}, epoch)
         t_upd, compiled_upd = time.time(), compile_totals()
         every = c.evaluation.every_epochs
-        heldout = self.heldout.metrics(state.agent, epoch) if (epoch + 1) % every == 0 or epoch == c.epochs - 1 else {}
+        evaluate = (epoch + 1) % every == 0 or epoch == c.epochs - 1
+        heldout = self.heldout.metrics(state.agent, epoch) if evaluate else {}
         compiled_end = compile_totals()
 
         # 9. Pools (committed before the checkpoint; resume rolls them back if the checkpoint is missing).
@@ -256,9 +187,10 @@ class CoEvolution:
         counters["time/compiled_programs"] += compiled_end[1] - compiled0[1]
         episodes = [ep for g in groups for ep in g.episodes]
         generated = len(gens) if self.mode.counts_generations else None
-        return records.epoch_metrics(gens=gens, generated=generated, groups=groups, scores=scores,
-                                     replayed=len(replay), times=times) | episode_stats.metrics(
-            episodes) | dict(counters) | sampling_metrics | agent_metrics | simulator_metrics | world_metrics | heldout | {
+        row = records.epoch_metrics(gens=gens, generated=generated, groups=groups, scores=scores,
+                                    replayed=len(replay), times=times)
+        row |= episode_stats.metrics(episodes) | dict(counters) | sampling_metrics | agent_metrics | simulator_metrics
+        return row | world_metrics | heldout | {
             "sampler/compiled_programs": len(self.agent.sampler.compiled_programs)}  # so far, this process
 
     @staticmethod
