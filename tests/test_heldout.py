@@ -15,6 +15,7 @@ from genenv_jax.configs.run_config import RunConfig
 from genenv_jax.evaluation.evaluate import evaluate_params
 from genenv_jax.loop import CoEvolution
 from genenv_jax.loop.heldout import heldout_tasks
+from genenv_jax.loop.policy import Placement
 
 
 def _config(tmp_path, **overrides) -> RunConfig:
@@ -49,7 +50,7 @@ def test_heldout_items_equal_the_evaluation_commands(loop):
     co, state, tmp = loop
     tasks = heldout_tasks(co.ctx)
     assert [t.category for t in tasks] == ["simple_python"] * 3 + ["irrelevance"] * 3
-    metrics = co.heldout.metrics(state.agent, epoch=0)
+    metrics = co.heldout.metrics(Placement(co.agent, state.agent), epoch=0)
     mine = _items(tmp / "run" / "heldout" / "epoch_0000.jsonl")
     # The command's library call, as `python -m genenv_jax.evaluation --split=test --max_per_category=3
     # --sample_seed=0 --batch_size=4 --max_new_tokens=12` runs it, on the same initial params.
@@ -66,12 +67,12 @@ def test_heldout_items_equal_the_evaluation_commands(loop):
 def test_the_starting_evaluation_is_cached(loop):
     co, state, tmp = loop
     identity = {"trained": "same-weights"}
-    first = co.heldout.cached_metrics(state.agent, -1, str(tmp / "cache"), identity)
-    again = co.heldout.cached_metrics(state.agent, -1, str(tmp / "cache"), identity)
+    first = co.heldout.cached_metrics(Placement(co.agent, state.agent), -1, str(tmp / "cache"), identity)
+    again = co.heldout.cached_metrics(Placement(co.agent, state.agent), -1, str(tmp / "cache"), identity)
     assert first.pop("heldout/cached") == 0 and again.pop("heldout/cached") == 1 and first == again
     assert len(list((tmp / "cache").glob("heldout-*.json"))) == 1
     assert len(_items(tmp / "run" / "heldout" / "start.jsonl")) == 6
-    co.heldout.cached_metrics(state.agent, -1, str(tmp / "cache"), {"trained": "other-weights"})
+    co.heldout.cached_metrics(Placement(co.agent, state.agent), -1, str(tmp / "cache"), {"trained": "other-weights"})
     assert len(list((tmp / "cache").glob("heldout-*.json"))) == 2  # other weights: evaluated anew
 
 

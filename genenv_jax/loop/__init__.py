@@ -2,10 +2,10 @@
 (`PolicyWeights`), typed state, task sources, rollouts, updates, records, checkpoint/resume."""
 
 from genenv_jax.loop.coevolution import POOLS, CoEvolution
-from genenv_jax.loop.policy import Policy
+from genenv_jax.loop.policy import Placement, Policy
 from genenv_jax.loop.state import LoopState, SeedStats
 from genenv_jax.loop.weights import PolicyWeights
 from genenv_jax.rl.batches import NonFiniteLossError, PolicyState
 
-__all__ = ["CoEvolution", "LoopState", "NonFiniteLossError", "POOLS", "Policy", "PolicyState", "PolicyWeights",
-           "SeedStats"]
+__all__ = ["CoEvolution", "LoopState", "NonFiniteLossError", "POOLS", "Placement", "Policy", "PolicyState",
+           "PolicyWeights", "SeedStats"]

@@ -35,6 +35,7 @@ from genenv_jax.loop.experience import ExperienceWorld, default_cache_dir
 from genenv_jax.loop.heldout import HeldOut
 from genenv_jax.loop.mode import Mode
 from genenv_jax.loop.persistence import check_config_change, load_state, save_state
+from genenv_jax.loop.policy import Placement
 from genenv_jax.loop.rollouts import rollouts
 from genenv_jax.loop.state import RECENT_SUCCESS_KEPT, LoopState, SeedStats
 from genenv_jax.loop.tasks import (CurriculumTasks, GeneratedTasks, StaticTasks, TaskGenerator, TaskSource,
@@ -125,7 +126,9 @@ class CoEvolution:
         counters: collections.Counter = collections.Counter()
 
         # 1-3. Tasks: the simulator's variants of chosen seeds (or draws from the static set).
-        gens = self.task_source.tasks(epoch, state.simulator, state.seeds, counters)
+        # The simulator's weights placed for sampling if the source samples, dropped before the rollouts.
+        with Placement(self.simulator, state.simulator) as simulator_weights:
+            gens = self.task_source.tasks(epoch, simulator_weights, state.seeds, counters)
         tasks, top_ups = agent_tasks(ctx, gens, epoch, counters)
         t_gen, compiled_gen = time.time(), compile_totals()
 
@@ -133,16 +136,16 @@ class CoEvolution:
         replay = top_ups + replay_tasks(ctx, self.pools["d_train"], epoch)
         synthetic = self.world is not None and c.dreamgym.synthetic(epoch)  # DreamGym: the experience model answers
         envs = self.world.episodes_environments(epoch) if synthetic else self.environments
-        placed = self.agent.place(state.agent)  # one sampler copy (LoRA: one merge) for rollouts and refills
-        groups, episode_stats = rollouts(ctx, self.agent, placed, envs, tasks + replay,
-                                         [False] * len(tasks) + [True] * len(replay), epoch, counters)
-        world_metrics = {} if self.world is None else self.world.observe(synthetic, groups)
-        if self.mode.needs_dreamgym:
-            world_metrics["dreamgym/synthetic_epoch"] = float(synthetic)
-        # DAPO's dynamic sampling (when enabled): the groups GRPO trains on, refilled past uninformative ones.
-        train_groups, refills, sampling_metrics = dynamic_sampling.training_groups(
-            ctx, self.agent, placed, envs, groups, self.pools["d_train"], epoch, counters)
-        del placed  # not held through the updates
+        # One sampler copy of the agent (LoRA: one merge) for the rollouts and refills, not held through the updates.
+        with Placement(self.agent, state.agent) as agent_weights:
+            groups, episode_stats = rollouts(ctx, self.agent, agent_weights, envs, tasks + replay,
+                                             [False] * len(tasks) + [True] * len(replay), epoch, counters)
+            world_metrics = {} if self.world is None else self.world.observe(synthetic, groups)
+            if self.mode.needs_dreamgym:
+                world_metrics["dreamgym/synthetic_epoch"] = float(synthetic)
+            # DAPO's dynamic sampling (when enabled): the groups GRPO trains on, refilled past uninformative ones.
+            train_groups, refills, sampling_metrics = dynamic_sampling.training_groups(
+                ctx, self.agent, agent_weights, envs, groups, self.pools["d_train"], epoch, counters)
         t_roll, compiled_roll = time.time(), compile_totals()
 
         # 6. p_hat, R_env and the band on the generated tasks; per-seed stats for the next epoch.
@@ -166,7 +169,7 @@ class CoEvolution:
         t_upd, compiled_upd = time.time(), compile_totals()
         every = c.evaluation.every_epochs
         evaluate = (epoch + 1) % every == 0 or epoch == c.epochs - 1
-        heldout = self.heldout.metrics(state.agent, epoch) if evaluate else {}
+        heldout = self.heldout.metrics(Placement(self.agent, state.agent), epoch) if evaluate else {}  # updated weights
         compiled_end = compile_totals()
 
         # 9. Pools (committed before the checkpoint; resume rolls them back if the checkpoint is missing).
@@ -205,11 +208,12 @@ class CoEvolution:
         """Held-out metrics of the starting agent; with `warmstart.cache_dir`, kept there beside the
         warm-started weights (keyed by their digest), so runs that start alike evaluate once."""
         cache_dir = self.config.warmstart.cache_dir
+        weights = Placement(self.agent, state.agent)
         if not cache_dir:
-            return self.heldout.metrics(state.agent, -1)
+            return self.heldout.metrics(weights, -1)
         identity = {"trained": tree_digest(state.agent.params), "base": state.bases.get("agent"),
                     "init_seed": self.config.init_seed}
-        return self.heldout.cached_metrics(state.agent, -1, cache_dir, identity)
+        return self.heldout.cached_metrics(weights, -1, cache_dir, identity)
 
     # ------------------------------------------------------------------ run
     def run(self) -> list[dict]:

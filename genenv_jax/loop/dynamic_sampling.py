@@ -25,7 +25,7 @@ from typing import Sequence
 
 from genenv_jax.loop.context import STREAM_REFILL, LoopContext, epoch_seed
 from genenv_jax.loop.credit import group_credits
-from genenv_jax.loop.policy import Policy
+from genenv_jax.loop.policy import Placement, Policy
 from genenv_jax.loop.rollouts import RolloutGroup, rollouts
 from genenv_jax.loop.tasks import replay_tasks
 from genenv_jax.workdir.pools import Pool
@@ -40,11 +40,12 @@ def informative(ctx: LoopContext, agent: Policy, groups: Sequence[RolloutGroup])
     return [c.informative for c in credits]
 
 
-def training_groups(ctx: LoopContext, agent: Policy, weights, envs, groups: Sequence[RolloutGroup], d_train: Pool,
-                    epoch: int, counters: collections.Counter) -> tuple[list[RolloutGroup], list[RolloutGroup], dict]:
+def training_groups(ctx: LoopContext, agent: Policy, weights: Placement, envs, groups: Sequence[RolloutGroup],
+                    d_train: Pool, epoch: int, counters: collections.Counter,
+                    ) -> tuple[list[RolloutGroup], list[RolloutGroup], dict]:
     """(the groups GRPO trains on, the refill groups rolled out, metrics). Without dynamic sampling:
-    every group, no refills, no metrics. `weights`: the agent's SamplerParams already placed for the
-    epoch's rollouts (or its PolicyState, placed here once for every round)."""
+    every group, no refills, no metrics. `weights`: the agent's weights as the epoch placed them
+    for its rollouts (the refills sample the same copy)."""
     settings = ctx.config.dynamic_sampling
     if not settings.enabled or not groups:
         return list(groups), [], {}
@@ -55,8 +56,6 @@ def training_groups(ctx: LoopContext, agent: Policy, weights, envs, groups: Sequ
     refills: list[RolloutGroup] = []
     rounds = 0
     while len(kept) < target and rounds < settings.max_rounds:
-        if rounds == 0:
-            weights = agent.place(weights)  # a no-op for placed params; never once per round
         rounds += 1
         tasks = replay_tasks(ctx, d_train, epoch, count=target - len(kept),
                              seed=epoch_seed(ctx.config.seed, epoch, STREAM_REFILL * 1000 + rounds))

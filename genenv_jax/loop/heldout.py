@@ -19,7 +19,7 @@ from genenv_jax.domains.base import Task
 from genenv_jax.evaluation import select_tasks
 from genenv_jax.evaluation.evaluate import EvalItem, evaluate, sampler_generate_fn
 from genenv_jax.loop.context import LoopContext
-from genenv_jax.loop.policy import Policy
+from genenv_jax.loop.policy import Placement, Policy
 from genenv_jax.loop.rollouts import episode_caps
 from genenv_jax.parallel import is_writer
 from genenv_jax.workdir import storage
@@ -50,16 +50,17 @@ class HeldOut:
         self.directory = directory  # where each evaluation's items go (None: not written)
         self.tasks = heldout_tasks(ctx)
 
-    def metrics(self, weights, epoch: int | None = None) -> dict[str, float]:
-        """`heldout/accuracy` (mean reward) and `heldout/<category>` of the agent's PolicyState (or
-        placed SamplerParams); {} when evaluation is off. With `epoch`, the items are written too."""
+    def metrics(self, weights: Placement, epoch: int | None = None) -> dict[str, float]:
+        """`heldout/accuracy` (mean reward) and `heldout/<category>` of the agent's `weights` (placed
+        only when evaluated); {} when evaluation is off. With `epoch`, the items are written too."""
         if not self.tasks:
             return {}
         out, items = self._evaluate(weights)
         self._write_items(epoch, items)
         return out
 
-    def cached_metrics(self, weights, epoch: int, cache_dir: str, identity: Mapping[str, Any]) -> dict[str, float]:
+    def cached_metrics(self, weights: Placement, epoch: int, cache_dir: str,
+                       identity: Mapping[str, Any]) -> dict[str, float]:
         """`metrics`, kept in `cache_dir` under a digest of `identity` (what the weights are, e.g. the
         trained tree's digest and its base's) and of this evaluation's settings: a study's runs that
         start from one warm-started agent evaluate it once (greedy decoding: the same items)."""
@@ -88,10 +89,10 @@ class HeldOut:
                 "caps": dataclasses.asdict(episode_caps(self.ctx, self.agent)),
                 "agent": c.snapshot.get("agent"), "tokenizer": c.snapshot.get("tokenizer_dir")}
 
-    def _evaluate(self, weights) -> tuple[dict[str, float], list[EvalItem]]:
+    def _evaluate(self, weights: Placement) -> tuple[dict[str, float], list[EvalItem]]:
         ctx, s = self.ctx, self.agent.settings.sampling
         caps = episode_caps(ctx, self.agent)
-        generate = sampler_generate_fn(self.agent.sampler, self.agent.place(weights), ctx.text.stop_ids,
+        generate = sampler_generate_fn(self.agent.sampler, weights.params, ctx.text.stop_ids,
                                        slots=s.batch_size, retain=caps.max_turns > 1)
         report = evaluate(ctx.domain, self.tasks, generate, ctx.text.tokenizer, max_new_tokens=s.max_new_tokens,
                           batch_size=s.batch_size, max_turns=caps.max_turns, progress=ctx.show_progress,

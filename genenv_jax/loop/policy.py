@@ -1,5 +1,6 @@
 """One trained LLM of the loop (agent or simulator): builds its compiled pieces and owns the
-lifecycle of its state (initial weights, abstract shapes for restore, train, warm-start SFT, sample).
+lifecycle of its state (initial weights, abstract shapes for restore, train, warm-start SFT, sample),
+and `Placement`, its weights placed for sampling once per weights version.
 
 Full fine-tuning keeps float32 master params (small learning rates such as 1e-6 would round away
 in bfloat16); the sampler casts them to the policy's `param_dtype` (bfloat16 by default) when it
@@ -124,29 +125,61 @@ class Policy:
         return PolicyState(params=params, opt_state=self.sft_step.init_opt_state(params), frozen=frozen)
 
     # ----- sampling -----
-    def place(self, weights: PolicyState | SamplerParams) -> SamplerParams:
-        """The sampler's copy of a policy state's model (adapters merged into the base under LoRA);
-        already placed params pass through."""
-        if isinstance(weights, SamplerParams):
-            return weights
+    def place(self, state: PolicyState) -> SamplerParams:
+        """The sampler's copy of a policy state's model (adapters merged into the base under LoRA):
+        a full cast or merge of the model, so the epoch does it once per weights version
+        (`Placement`) and every sampler call of that version shares the copy."""
         if self.trains_adapters:
-            return self.sampler.prepare_params(weights.frozen, weights.params)
-        return self.sampler.prepare_params(weights.params)
+            return self.sampler.prepare_params(state.frozen, state.params)
+        return self.sampler.prepare_params(state.params)
 
-    def sample(self, weights: PolicyState | SamplerParams, prompts: Sequence[Sequence[int]], seed: int,
+    def sample(self, weights: Placement, prompts: Sequence[Sequence[int]], seed: int,
                stop_tokens: Sequence[int], progress=None, retain: bool = False) -> SampleOutput:
         """Samples every prompt in one sampler call on `sampling.batch_size` slots (finished slots are
-        refilled from the queue); results in prompt order. `retain`: keep the sequences in the
-        sampler's prefix pool for the next turn (multi-turn episodes)."""
+        refilled from the queue); results in prompt order. `weights` are placed on the first call
+        that has prompts. `retain`: keep the sequences in the sampler's prefix pool for the next
+        turn (multi-turn episodes)."""
         s = self.settings.sampling
         if not prompts:
             return _empty_output(s.max_new_tokens)
-        out = self.sampler.generate(self.place(weights), prompts, max_new_tokens=s.max_new_tokens,
+        out = self.sampler.generate(weights.params, prompts, max_new_tokens=s.max_new_tokens,
                                     temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, seed=seed,
                                     stop_tokens=stop_tokens, slots=s.batch_size, retain=retain)
         if progress is not None:
             progress.update(len(prompts))
         return out
+
+
+class Placement:
+    """One policy state placed for sampling, on first use and at most once (`Policy.place`).
+
+    The epoch makes one per policy and weights version and hands it to every stage that samples
+    those weights (the simulator's generation; the agent's rollouts and refills; the held-out
+    evaluation of the updated agent), so they share one sampler copy (one LoRA merge), and a stage
+    that samples nothing places nothing (static mode after its first epoch, a held-out cache hit).
+    As a context manager it drops the copy on exit, so it is not held through the updates."""
+
+    def __init__(self, policy: Policy, state: PolicyState):
+        self.policy, self._state = policy, state
+        self._params: SamplerParams | None = None
+
+    @property
+    def params(self) -> SamplerParams:
+        if self._state is None:
+            raise RuntimeError(f"{self.policy.name}: sampling weights used after their placement was released")
+        if self._params is None:
+            self._params = self.policy.place(self._state)
+        return self._params
+
+    def release(self) -> None:
+        """Drops the placed copy (and the state it was placed from); `params` refuses from now on."""
+        self._state = self._params = None
+
+    def __enter__(self) -> Placement:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
 
 def _empty_output(width: int) -> SampleOutput:

@@ -9,7 +9,7 @@ from typing import Sequence
 from genenv_jax.domains.base import Task
 from genenv_jax.episodes import Episode, EpisodeCaps, EpisodeStats, run_episodes
 from genenv_jax.loop.context import STREAM_REFILL, STREAM_ROLLOUTS, LoopContext, epoch_seed
-from genenv_jax.loop.policy import Policy
+from genenv_jax.loop.policy import Placement, Policy
 
 
 @dataclasses.dataclass
@@ -44,17 +44,16 @@ def rollout_seed(ctx: LoopContext, epoch: int, turn: int, refill_round: int = 0)
                                                                          STREAM_ROLLOUTS * 1000 + turn)
 
 
-def rollouts(ctx: LoopContext, agent: Policy, weights, envs, tasks: Sequence[Task], replayed: Sequence[bool],
-             epoch: int, counters: collections.Counter, refill_round: int = 0,
+def rollouts(ctx: LoopContext, agent: Policy, weights: Placement, envs, tasks: Sequence[Task],
+             replayed: Sequence[bool], epoch: int, counters: collections.Counter, refill_round: int = 0,
              ) -> tuple[list[RolloutGroup], EpisodeStats]:
     """Runs `rollouts_per_task` episodes per task, every turn's live episodes as one sampler batch.
-    `weights`: the agent's PolicyState (or SamplerParams already placed)."""
+    `weights`: the agent's weights as the epoch placed them (one copy for every turn and round)."""
     n = ctx.config.rollouts_per_task
-    placed = agent.place(weights)  # once for every turn
     caps = episode_caps(ctx, agent)
 
     def sample(prompts, turn):  # multi-turn: each turn's sequences stay in the prefix pool for the next
-        return agent.sample(placed, prompts, rollout_seed(ctx, epoch, turn, refill_round), ctx.text.stop_ids,
+        return agent.sample(weights, prompts, rollout_seed(ctx, epoch, turn, refill_round), ctx.text.stop_ids,
                             retain=caps.max_turns > 1)
 
     what = f"refill {refill_round}" if refill_round else "agent episodes"

@@ -13,7 +13,7 @@ from genenv_jax.rl import curriculum
 from genenv_jax.domains.base import ChatPrompt, Rejection, Task
 from genenv_jax.loop.context import (STREAM_GENERATE, STREAM_REPLAY, STREAM_SEEDS, STREAM_STATIC, STREAM_TOP_UP,
                                      LoopContext)
-from genenv_jax.loop.policy import Policy
+from genenv_jax.loop.policy import Placement, Policy
 from genenv_jax.loop.state import SeedStats
 from genenv_jax.loop import shared_pools
 from genenv_jax.workdir.pool_mixing import mixed_batches
@@ -82,10 +82,11 @@ class TaskGenerator:
         self.ctx = ctx
         self.simulator = simulator
 
-    def generate(self, seeds: Sequence[Task], weights, stats: dict[str, SeedStats], epoch: int,
+    def generate(self, seeds: Sequence[Task], weights: Placement, stats: dict[str, SeedStats], epoch: int,
                  counters: Counters, groups: Sequence[int] | None = None) -> list[Generation]:
-        """One generation per entry of `seeds` (repeat a seed for several); `groups[i]` tags entry i's
-        generation (the entries of one prompt share a group), default none."""
+        """One generation per entry of `seeds` (repeat a seed for several) by the simulator's `weights`
+        (placed only if some prompt fits); `groups[i]` tags entry i's generation (the entries of one
+        prompt share a group), default none."""
         ctx = self.ctx
         prompts, meta = [], []
         for i, seed in enumerate(seeds):
@@ -123,9 +124,10 @@ class TaskGenerator:
 
 class TaskSource(Protocol):
     """An epoch's new tasks (with the generations behind them, empty for drawn ones);
-    `simulator_weights` is the simulator's PolicyState (what `Policy.sample` places)."""
+    `simulator_weights`: the simulator's weights as the epoch placed them for sampling (the copy is
+    made only if the source samples: static mode draws from its set after the first epoch)."""
 
-    def tasks(self, epoch: int, simulator_weights, stats: dict[str, SeedStats],
+    def tasks(self, epoch: int, simulator_weights: Placement, stats: dict[str, SeedStats],
               counters: Counters) -> list[Generation]: ...
 
 

@@ -128,6 +128,7 @@ def evaluate_on_train_games(workdir: Path, name: str, config: ConfigDict) -> dic
 
     from genenv_jax.loop import CoEvolution
     from genenv_jax.loop.heldout import HeldOut
+    from genenv_jax.loop.policy import Placement
     from genenv_jax.configs.run_config import RunConfig
 
     run_dir = workdir / "runs" / name
@@ -141,8 +142,9 @@ def evaluate_on_train_games(workdir: Path, name: str, config: ConfigDict) -> dic
         scorer = HeldOut(loop.ctx, loop.agent, loop.environments)
         scorer.tasks = list(loop.ctx.train_seeds)
         start = loop.fresh_state().agent  # the warm-started weights (from the cache)
-        result = {"epoch": final.epoch, "start": scorer.metrics(start)["heldout/accuracy"],
-                  "final": scorer.metrics(final.agent)["heldout/accuracy"], "games": len(scorer.tasks)}
+        result = {"epoch": final.epoch, "start": scorer.metrics(Placement(loop.agent, start))["heldout/accuracy"],
+                  "final": scorer.metrics(Placement(loop.agent, final.agent))["heldout/accuracy"],
+                  "games": len(scorer.tasks)}
     finally:
         loop.checkpointer.close()
         loop.environments.close()

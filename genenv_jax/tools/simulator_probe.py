@@ -39,7 +39,7 @@ def probe(config, count: int, seed: int) -> tuple[list[dict], dict]:
 
     from genenv_jax.domains import get_domain
     from genenv_jax.loop.context import LoopContext, training_seeds
-    from genenv_jax.loop.policy import build_policy
+    from genenv_jax.loop.policy import Placement, build_policy
     from genenv_jax.loop.tasks import TaskGenerator
     from genenv_jax.parallel import make_mesh
     from genenv_jax.sampling import PrefixCacheConfig, Sampler
@@ -61,7 +61,7 @@ def probe(config, count: int, seed: int) -> tuple[list[dict], dict]:
     seeds = [ctx.train_seeds[i] for i in rng.choice(len(ctx.train_seeds), size=count, replace=True)]
     counters: collections.Counter = collections.Counter()
     started = time.perf_counter()
-    gens = TaskGenerator(ctx, simulator).generate(seeds, state, {}, seed, counters)
+    gens = TaskGenerator(ctx, simulator).generate(seeds, Placement(simulator, state), {}, seed, counters)
     seconds = time.perf_counter() - started
     records = [{"seed": g.seed.task_id, "seed_category": g.seed.category, "direction": g.difficulty, "text": g.text,
                 "accepted": g.task is not None,
