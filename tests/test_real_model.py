@@ -18,6 +18,7 @@ from genenv_jax.data.model_sources import model_cache_dir
 
 NAME = "qwen2.5-coder-0.5b-instruct"
 MODEL_DIR = os.environ.get("GENENV_REAL_MODEL_DIR") or str(model_cache_dir(NAME))
+LOGIT_TOLERANCE = 5e-3  # max |logit difference| ours vs HF in float32, measured on three BFCL prompts
 
 pytestmark = [
     pytest.mark.slow,
@@ -74,10 +75,13 @@ def test_float32_logits_match_hf_on_three_bfcl_prompts(bfcl_prompts, ours, hf_mo
         assert (mine.argmax(-1) == theirs.argmax(-1)).mean() > 0.99
     print(f"\nmax |logit difference| ours vs HF (float32), 3 BFCL prompts of {[len(p) for p in prompts[:3]]} tokens: "
           f"{[f'{w:.2e}' for w in worst]}")
-    assert max(worst) < 5e-3
+    assert max(worst) < LOGIT_TOLERANCE
 
 
 def test_greedy_64_tokens_equal_hf_generate_on_8_bfcl_prompts(bfcl_prompts, ours, hf_model):
+    """Token for token equal, except where greedy decoding meets a near-tie: a row may part from
+    HF's only at a step where HF's own top two logits lie within the logit tolerance, which another
+    CPU's summation order can flip (docs/reliability.md, "Float exactness audit")."""
     import torch
 
     from genenv_jax.sampling import generate
@@ -86,14 +90,25 @@ def test_greedy_64_tokens_equal_hf_generate_on_8_bfcl_prompts(bfcl_prompts, ours
     text, prompts = bfcl_prompts
     out = generate(cfg, params, prompts, max_new_tokens=64, pad_id=text.pad_id, temperature=0.0,
                    stop_tokens=list(text.stop_ids), seed=0)
-    same = 0
+    same, ties = 0, []
     for row, ids in zip(out.token_lists(), prompts):
         with torch.no_grad():
             hf = hf_model.generate(torch.tensor([ids]), max_new_tokens=64, do_sample=False, eos_token_id=list(text.stop_ids),
                                    pad_token_id=text.pad_id, temperature=None, top_p=None, top_k=None)
-        same += list(row) == hf[0, len(ids):].tolist()
-    print(f"\ngreedy 64 tokens equal to HF generate on {same}/8 BFCL prompts")
-    assert same == 8
+        theirs, mine = hf[0, len(ids):].tolist(), list(row)
+        if mine == theirs:
+            same += 1
+            continue
+        part = next(i for i in range(min(len(mine), len(theirs)) + 1)
+                    if i == min(len(mine), len(theirs)) or mine[i] != theirs[i])
+        assert part < min(len(mine), len(theirs)), f"one reply is a prefix of the other: {len(mine)} vs {len(theirs)} tokens"
+        with torch.no_grad():
+            logits = hf_model(torch.tensor([ids + theirs[:part]])).logits[0, -1].numpy()
+        top2 = np.sort(logits)[-2:]
+        ties.append(float(top2[1] - top2[0]))
+        assert ties[-1] < LOGIT_TOLERANCE, f"parted at token {part} where HF's top two logits differ by {ties[-1]:.2e}"
+    print(f"\ngreedy 64 tokens equal to HF generate on {same}/8 BFCL prompts; near-ties where rows parted: {ties}")
+    assert same >= 6  # a near-tie is rare: most rows must match whole
 
 
 def test_load_gguf_of_the_file_equals_load_hf_of_the_directory(ours):
