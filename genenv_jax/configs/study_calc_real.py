@@ -38,10 +38,12 @@ def get_config(scale: str = "calc-real") -> ConfigDict:
     c.tokenizer_vocab_size = 0   # the model's own tokenizer
     c.base_evaluation = True
     c.arms = {
-        # GRPO's unit is a group (one prompt's 4 generations): 2 groups = 8 rows, RWR's 8 tasks at most
+        # GRPO's unit is a group (one prompt's 4 generations): 2 groups = 8 rows, RWR's 8 tasks at most,
+        # in one micro-batch (8 rows divide over up to 8 devices)
         "genenv_grpo": {"mode": "genenv", "overrides": (("simulator.train.objective", "grpo"),
                                                         ("simulator.train.tasks_per_epoch", 2),
-                                                        ("simulator.train.tasks_per_step", 2))},
+                                                        ("simulator.train.tasks_per_step", 2),
+                                                        ("simulator.train.micro_batches", 1))},
         "genenv_blind": {"mode": "genenv", "overrides": BLIND},
         "random_blind": {"mode": "random", "overrides": BLIND},
     }
