@@ -24,7 +24,7 @@ import re
 import sys
 import types
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from genenv_jax.core.errors import ArgumentParser, CommandError, check_not_empty, check_output_path, command
 from genenv_jax.workdir.atomic_files import write_bytes_atomic
@@ -168,21 +168,27 @@ def check_out(path: str) -> None:
         raise CommandError(f"--out {path}: no directory {parent}; create it first")
 
 
-@command(PROGRAM)
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = ArgumentParser(prog=PROGRAM, description=__doc__.split("\n")[0])
+def write_page(argv: Sequence[str] | None, program: str, description: str, render_page: Callable[[], str]) -> int:
+    """A generated page's command line: `--out` (a bad path refused in one line before anything is
+    rendered, the file replaced whole once the page is) or stdout. Shared with `config_docs`."""
+    parser = ArgumentParser(prog=program, description=description)
     parser.add_argument("--out", help="write the page here, replacing the file whole once it is rendered "
                                       "(default: stdout)")
     args = parser.parse_args(argv)
     if args.out is not None:
         check_not_empty(args, ("out",))
         check_out(args.out)
-    page = render()
+    page = render_page()
     if args.out is None:
         sys.stdout.write(page)
     else:
         write_bytes_atomic(Path(args.out), page.encode("utf-8"))
     return 0
+
+
+@command(PROGRAM)
+def main(argv: Sequence[str] | None = None) -> int:
+    return write_page(argv, PROGRAM, __doc__.split("\n")[0], render)
 
 
 if __name__ == "__main__":

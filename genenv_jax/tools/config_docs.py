@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import sys
 import typing
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from genenv_jax.configs.base import FREE_FORM  # the domain's own keys: one leaf
@@ -22,10 +21,9 @@ from genenv_jax.configs.experience_settings import REMOVED_EXPERIENCE_KEYS, Expe
 from genenv_jax.configs.run_config import RunConfig, run_defaults
 from genenv_jax.configs.settings import POLICY_RULES, PolicySettings, SimulatorObjectiveSettings, loss_class
 from genenv_jax.core.config_checks import Placeholder, rule_text
-from genenv_jax.core.errors import ArgumentParser, check_not_empty, command
+from genenv_jax.core.errors import command
 from genenv_jax.rl import POLICY_LOSSES
-from genenv_jax.tools.api_docs import check_out
-from genenv_jax.workdir.atomic_files import write_bytes_atomic
+from genenv_jax.tools.api_docs import write_page
 
 PROGRAM = "python -m genenv_jax.tools.config_docs"
 
@@ -160,21 +158,8 @@ def render() -> str:
 
 @command(PROGRAM)
 def main(argv: Sequence[str] | None = None) -> int:
-    """Writes the page to `--out` (a bad path refused in one line before anything is rendered, the
-    file replaced whole) or prints it; the same command line as `api_docs`."""
-    parser = ArgumentParser(prog=PROGRAM, description=__doc__.split("\n")[0])
-    parser.add_argument("--out", help="write the page here, replacing the file whole once it is rendered "
-                                      "(default: stdout)")
-    args = parser.parse_args(argv)
-    if args.out is not None:
-        check_not_empty(args, ("out",))
-        check_out(args.out)
-    page = render()
-    if args.out is None:
-        sys.stdout.write(page)
-    else:
-        write_bytes_atomic(Path(args.out), page.encode("utf-8"))
-    return 0
+    """Writes the page to `--out` or prints it; the same command line as `api_docs`."""
+    return write_page(argv, PROGRAM, __doc__.split("\n")[0], render)
 
 
 if __name__ == "__main__":
