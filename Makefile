@@ -47,7 +47,7 @@ test: $(STAMP)
 # Everything `make test` runs plus the `full` tier, too slow for its 20-minute budget on 2 cores (the
 # four-process run, the two-process kill and resume, a resumed DreamGym run, every shipped BFCL
 # multi-turn entry, prefix reuse on real multi-turn episodes, the API-Bank, Bamboogle and GiGPO
-# command-line runs, fit_experience end to end, and the real-weight checks of tests/test_real_model.py
+# command-line runs, fit_experience end to end, and the real-weight checks of tests/models/test_real_model.py
 # when qwen2.5-coder-0.5b-instruct is downloaded): `pytest --full` (GENENV_FULL_TESTS=1 is an alias).
 test-full: $(STAMP)
 	@$(MAKE) --no-print-directory alfworld || echo "make test-full: the optional ALFWorld engine did not install; its tests will skip"

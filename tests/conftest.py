@@ -83,7 +83,7 @@ def chat_text():
 
 @pytest.fixture
 def toy_domain(monkeypatch):
-    """The toy domain (tests/toy_domain.py) registered as "toy" for one test."""
+    """The toy domain (tests/support/toy_domain.py) registered as "toy" for one test."""
     from genenv_jax import domains
 
-    monkeypatch.setitem(domains.DOMAINS, "toy", "toy_domain:ToyDomain")
+    monkeypatch.setitem(domains.DOMAINS, "toy", "tests.support.toy_domain:ToyDomain")

