@@ -32,7 +32,6 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import collections
 import time
 
 import jax
@@ -149,7 +148,7 @@ def run_shape(shape, sampler, params, text, args):
     caps = EpisodeCaps(max_turns=turns, max_total_tokens=1 << 20, max_new_tokens=args.new_tokens + 1,
                        max_prompt_len=1 << 20)
     groups, stats = run_episodes(tasks, n, LocalEnvironments(domain), text, caps,
-                                 _sample_fn(sampler, placed, text, args, True, calls), collections.Counter())
+                                 _sample_fn(sampler, placed, text, args, True, calls))
     episodes = [ep for g in groups for ep in g]
     first = {tuple(ep.prompt) for ep in episodes}
     new = sum(map(len, first)) + sum(len(ep.tokens) for ep in episodes)

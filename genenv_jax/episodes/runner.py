@@ -88,6 +88,9 @@ class EpisodeStats:
     env_s: float = 0.0
     env_steps: int = 0
     prefill: PrefillCounts = dataclasses.field(default_factory=PrefillCounts)
+    # events by name: tasks skipped (`agent_prompt_too_long`, `reset_failed/<reason>`), environment
+    # errors (`env_errors/<reason>`), failed scores (`score_failed/<reason>`)
+    counts: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
     def metrics(self, episodes: Sequence[Episode]) -> dict[str, float | int | None]:
         ends = collections.Counter(e.end_reason for e in episodes)
@@ -128,12 +131,13 @@ def _end(ep: Episode, reason: str) -> None:
 
 
 def run_episodes(tasks: Sequence[Task], n: int, envs, text: ChatText, caps: EpisodeCaps, sample: SampleFn,
-                 counters: collections.Counter, progress=None) -> tuple[list[list[Episode]], EpisodeStats]:
+                 progress=None) -> tuple[list[list[Episode]], EpisodeStats]:
     """`n` episodes per task; returns one group of n per task that could start (task order kept).
 
     `envs` is a LocalEnvironments or WorkerEnvironments. A task whose first prompt is too long
     is skipped (`agent_prompt_too_long`); one whose environment fails to reset is skipped
-    (`reset_failed/<reason>`). Every cap that ends an episode is its end reason.
+    (`reset_failed/<reason>`). Every cap that ends an episode is its end reason. What happened on
+    the way is counted in the returned stats (`EpisodeStats.counts`).
     """
     stats = EpisodeStats()
     ids = [(t, k) for t in range(len(tasks)) for k in range(n)]
@@ -146,7 +150,7 @@ def run_episodes(tasks: Sequence[Task], n: int, envs, text: ChatText, caps: Epis
         failure = next((a for a in answers if isinstance(a, EnvFailure)), None)
         prompt = None if failure else text.prompt(answers[0])
         if failure is not None or len(prompt) > caps.max_prompt_len:
-            counters[f"reset_failed/{failure.reason}" if failure else "agent_prompt_too_long"] += 1
+            stats.counts[f"reset_failed/{failure.reason}" if failure else "agent_prompt_too_long"] += 1
             envs.call([("close", t * n + k, None) for k in range(n)])
             continue
         groups.append([Episode(task, t * n + k, list(prompt), [dict(m) for m in answers[k].messages],
@@ -173,22 +177,22 @@ def run_episodes(tasks: Sequence[Task], n: int, envs, text: ChatText, caps: Epis
         stats.env_s += time.perf_counter() - t0
         stats.env_steps += len(live)
         before = len(live)
-        live = [ep for ep, outcome in zip(live, outcomes) if _apply(ep, outcome, caps, text, counters)]
+        live = [ep for ep, outcome in zip(live, outcomes) if _apply(ep, outcome, caps, text, stats.counts)]
         if progress is not None:
             progress.update(before - len(live))  # episodes finished this turn
         turn += 1
-    _score(groups, envs, stats, counters)
+    _score(groups, envs, stats)
     return groups, stats
 
 
 def _apply(ep: Episode, outcome: StepOutcome | EnvFailure, caps: EpisodeCaps, text: ChatText,
-           counters: collections.Counter) -> bool:
+           counts: collections.Counter) -> bool:
     """Records the environment's answer to the episode's latest turn; True while it goes on."""
     if isinstance(outcome, EnvFailure):
         _end(ep, outcome.reason)
         return False
     for reason, count in outcome.info.get("errors", {}).items():
-        counters[f"env_errors/{reason}"] += int(count)
+        counts[f"env_errors/{reason}"] += int(count)
     ep.turns[-1]["info"] = outcome.info
     if outcome.done:
         _end(ep, END_DONE)
@@ -212,7 +216,7 @@ def _apply(ep: Episode, outcome: StepOutcome | EnvFailure, caps: EpisodeCaps, te
     return True
 
 
-def _score(groups: Sequence[Sequence[Episode]], envs, stats: EpisodeStats, counters: collections.Counter) -> None:
+def _score(groups: Sequence[Sequence[Episode]], envs, stats: EpisodeStats) -> None:
     """R_agent of every episode from its environment; a failed score is reward 0, counted."""
     episodes = [ep for group in groups for ep in group]
     t0 = time.perf_counter()
@@ -223,5 +227,5 @@ def _score(groups: Sequence[Sequence[Episode]], envs, stats: EpisodeStats, count
         if isinstance(result, ScoreResult):
             ep.reward, ep.details = float(result.reward), dict(result.details)
         else:
-            counters[f"score_failed/{result.reason}"] += 1
+            stats.counts[f"score_failed/{result.reason}"] += 1
             ep.reward, ep.details = 0.0, {"error_type": result.reason, "detail": result.detail}

@@ -9,7 +9,6 @@ line is `cli.py` (`python -m genenv_jax.evaluation`).
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 import os
@@ -196,14 +195,13 @@ def evaluate(domain: Domain, tasks: Sequence[Task], generate_fn: GenerateFn, tok
         caps = EpisodeCaps(max_turns=max_turns, max_total_tokens=limit + max_new_tokens,
                            max_new_tokens=max_new_tokens, max_prompt_len=limit)
     envs = open_environments(domain) if environments is None else environments  # multi-host: process 0 scores
-    counters: collections.Counter = collections.Counter()
     try:
         with tqdm(total=len(tasks), desc=f"eval {domain.name}", unit="task",
                   disable=not (progress and is_writer())) as bar:
             groups, _ = run_episodes(tasks, 1, envs, text, caps,
                                      _episode_sampler(generate_fn, caps.max_new_tokens,
                                                       prompts_per_call or batch_size, text.end_id),
-                                     counters, bar)
+                                     bar)
     finally:
         if environments is None:
             envs.close()

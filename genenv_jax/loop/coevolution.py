@@ -15,7 +15,6 @@ the checkpoint of epoch e replays epoch e + 1 exactly as an uninterrupted run wo
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 import logging
@@ -29,7 +28,7 @@ from genenv_jax.core.compile_clock import compile_totals
 from genenv_jax.domains import DOMAINS, get_domain
 from genenv_jax.dreamgym.domains import domain_support
 from genenv_jax.episodes import open_environments
-from genenv_jax.loop import dynamic_sampling, learning, records, shared_pools
+from genenv_jax.loop import dynamic_sampling, epoch_tasks, learning, records, shared_pools
 from genenv_jax.loop.context import LoopContext, training_seeds
 from genenv_jax.loop.experience import ExperienceWorld, default_cache_dir
 from genenv_jax.loop.heldout import HeldOut
@@ -39,10 +38,9 @@ from genenv_jax.loop.policy import Placement
 from genenv_jax.loop.rollouts import rollouts
 from genenv_jax.loop.state import RECENT_SUCCESS_KEPT, LoopState, SeedStats
 from genenv_jax.loop.tasks import (CurriculumTasks, GeneratedTasks, StaticTasks, TaskGenerator, TaskSource,
-                                   agent_tasks, replay_tasks)
+                                   replay_tasks)
 from genenv_jax.loop.weights import PolicyWeights
 from genenv_jax.parallel import barrier, broadcast_object, check_same_on_all, is_writer, make_mesh
-from genenv_jax.rl import curriculum
 from genenv_jax.text.chat_text import ChatText
 from genenv_jax.workdir import storage
 from genenv_jax.workdir.checkpoint_digests import tree_digest
@@ -123,49 +121,46 @@ class CoEvolution:
         """Runs one epoch in place on `state`; returns its metrics. Pools are committed at the end."""
         c, ctx = self.config, self.ctx
         t0, compiled0 = time.time(), compile_totals()
-        counters: collections.Counter = collections.Counter()
 
         # 1-3. Tasks: the simulator's variants of chosen seeds (or draws from the static set).
         # The simulator's weights placed for sampling if the source samples, dropped before the rollouts.
         with Placement(self.simulator, state.simulator) as simulator_weights:
-            gens = self.task_source.tasks(epoch, simulator_weights, state.seeds, counters)
-        tasks, top_ups = agent_tasks(ctx, gens, epoch, counters)
+            gens, generation_counts = self.task_source.tasks(epoch, simulator_weights, state.seeds)
+        tasks, task_counts = epoch_tasks.agent_tasks(ctx, gens, epoch)  # one record per generation, + top-ups
         t_gen, compiled_gen = time.time(), compile_totals()
 
         # 4-5. n agent rollouts per task (new + replayed) and their rewards R_agent.
-        replay = top_ups + replay_tasks(ctx, self.pools["d_train"], epoch)
+        tasks += epoch_tasks.replayed(epoch_tasks.REPLAY, replay_tasks(ctx, self.pools["d_train"], epoch))
         synthetic = self.world is not None and c.dreamgym.synthetic(epoch)  # DreamGym: the experience model answers
         envs = self.world.episodes_environments(epoch) if synthetic else self.environments
         # One sampler copy of the agent (LoRA: one merge) for the rollouts and refills, not held through the updates.
         with Placement(self.agent, state.agent) as agent_weights:
-            groups, episode_stats = rollouts(ctx, self.agent, agent_weights, envs, tasks + replay,
-                                             [False] * len(tasks) + [True] * len(replay), epoch, counters)
+            episode_stats = rollouts(ctx, self.agent, agent_weights, envs, [t for t in tasks if t.rolls_out], epoch)
+            groups = epoch_tasks.rolled_out(tasks)
             world_metrics = {} if self.world is None else self.world.observe(synthetic, groups)
             if self.mode.needs_dreamgym:
                 world_metrics["dreamgym/synthetic_epoch"] = float(synthetic)
-            # DAPO's dynamic sampling (when enabled): the groups GRPO trains on, refilled past uninformative ones.
-            train_groups, refills, sampling_metrics = dynamic_sampling.training_groups(
-                ctx, self.agent, agent_weights, envs, groups, self.pools["d_train"], epoch, counters)
+            # DAPO's dynamic sampling (when enabled): marks the groups GRPO trains on, refilled past uninformative ones.
+            refills = dynamic_sampling.choose_training_groups(ctx, self.agent, agent_weights, envs, tasks,
+                                                              self.pools["d_train"], epoch)
         t_roll, compiled_roll = time.time(), compile_totals()
 
         # 6. p_hat, R_env and the band on the generated tasks; per-seed stats for the next epoch.
-        fresh = [{"task_id": g.task.task_id, "seed_id": g.task.parent_id or g.task.task_id, "rewards": g.rewards}
-                 for g in groups if not g.replayed]
-        scores = curriculum.score_tasks(fresh, c.curriculum) if fresh else []
-        by_task = {s.task_id: s for s in scores}
-        self._update_seed_stats(state, scores, curriculum.seed_variances(fresh) if fresh else {})
+        scores, variances = epoch_tasks.score_generated(tasks, c.curriculum)
+        self._update_seed_stats(state, scores, variances)
 
         # Every process computed the same tasks and rewards (else their batches would differ).
         check_same_on_all(f"epoch {epoch}'s tasks and rewards", json.dumps(
-            [[g.task.task_id, [float(r) for r in g.rewards]] for g in groups + refills]).encode())
+            [[g.task.task_id, [float(r) for r in g.rewards]]
+             for g in epoch_tasks.rolled_out(tasks + refills.records)]).encode())
 
         # 7. GRPO on the agent; 8. RWR on the simulator with in-band tasks (genenv mode only).
-        state.agent, agent_metrics = learning.update_agent(ctx, self.agent, state.agent, train_groups, epoch)
+        trained = tasks + refills.records
+        state.agent, agent_metrics = learning.update_agent(ctx, self.agent, state.agent, trained, epoch)
         simulator_metrics = {}
         if self.mode.trains_simulator:
-            state.simulator, simulator_metrics = learning.update_simulator(
-                ctx, self.simulator, state.simulator, gens, {t: s.r_env for t, s in by_task.items()},
-                {t: s.in_band for t, s in by_task.items()}, epoch)
+            state.simulator, simulator_metrics = learning.update_simulator(ctx, self.simulator, state.simulator,
+                                                                           tasks, epoch)
         t_upd, compiled_upd = time.time(), compile_totals()
         every = c.evaluation.every_epochs
         evaluate = (epoch + 1) % every == 0 or epoch == c.epochs - 1
@@ -177,22 +172,22 @@ class CoEvolution:
             self.world.commit(epoch)  # the replay pool's shard (synced with the others just below)
         reward_lambda = getattr(c.simulator.train.loss, "reward_lambda", None)  # RWR's, when it trains the simulator
         shared_pools.append_epoch(self.pools, epoch, {
-            "d_train": records.d_train_records(groups + refills),
-            "d_env": records.d_env_records(gens, by_task, reward_lambda)})
+            "d_train": records.d_train_records(tasks + refills.records),
+            "d_env": records.d_env_records(tasks, reward_lambda)})
         if is_writer():
-            records.write_samples(self.workdir / "samples", epoch, gens, groups, c.log.samples_per_epoch)
+            records.write_samples(self.workdir / "samples", epoch, tasks, c.log.samples_per_epoch)
         times = {"generate_s": t_gen - t0, "rollouts_s": t_roll - t_gen, "updates_s": t_upd - t_roll,
                  "heldout_s": time.time() - t_upd}
         # of which XLA compilation (programs compiled in this process, persistent-cache loads included)
         marks = (compiled0, compiled_gen, compiled_roll, compiled_upd, compiled_end)
         times |= {f"compile_{phase}_s": b[0] - a[0]
                   for phase, a, b in zip(("generate", "rollouts", "updates", "heldout"), marks, marks[1:])}
-        counters["time/compiled_programs"] += compiled_end[1] - compiled0[1]
         episodes = [ep for g in groups for ep in g.episodes]
         generated = len(gens) if self.mode.counts_generations else None
-        row = records.epoch_metrics(gens=gens, generated=generated, groups=groups, scores=scores,
-                                    replayed=len(replay), times=times)
-        row |= episode_stats.metrics(episodes) | dict(counters) | sampling_metrics | agent_metrics | simulator_metrics
+        row = records.epoch_metrics(records=tasks, generated=generated, times=times)
+        counts = records.summed_counts(generation_counts, task_counts, episode_stats.counts, refills.counts)
+        counts["time/compiled_programs"] = compiled_end[1] - compiled0[1]
+        row |= episode_stats.metrics(episodes) | counts | refills.metrics | agent_metrics | simulator_metrics
         return row | world_metrics | heldout | {
             "sampler/compiled_programs": len(self.agent.sampler.compiled_programs)}  # so far, this process
 

@@ -10,7 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from genenv_jax.episodes import Episode
-from genenv_jax.loop.rollouts import RolloutGroup
+from genenv_jax.loop.epoch_tasks import RolloutGroup
 from genenv_jax.rl import GRPOConfig
 from genenv_jax.rl.advantages import overlong_penalty
 from genenv_jax.rl.registry import ADVANTAGE_ESTIMATORS, CreditBatch

@@ -20,13 +20,16 @@ replaced by groups of further tasks, so a step sees only groups that can move th
 from __future__ import annotations
 
 import collections
+import dataclasses
 import time
 from typing import Sequence
 
+from genenv_jax.loop import epoch_tasks
 from genenv_jax.loop.context import STREAM_REFILL, LoopContext, epoch_seed
 from genenv_jax.loop.credit import group_credits
+from genenv_jax.loop.epoch_tasks import EpochTask, RolloutGroup
 from genenv_jax.loop.policy import Placement, Policy
-from genenv_jax.loop.rollouts import RolloutGroup, rollouts
+from genenv_jax.loop.rollouts import rollouts
 from genenv_jax.loop.tasks import replay_tasks
 from genenv_jax.workdir.pools import Pool
 
@@ -40,38 +43,59 @@ def informative(ctx: LoopContext, agent: Policy, groups: Sequence[RolloutGroup])
     return [c.informative for c in credits]
 
 
-def training_groups(ctx: LoopContext, agent: Policy, weights: Placement, envs, groups: Sequence[RolloutGroup],
-                    d_train: Pool, epoch: int, counters: collections.Counter,
-                    ) -> tuple[list[RolloutGroup], list[RolloutGroup], dict]:
-    """(the groups GRPO trains on, the refill groups rolled out, metrics). Without dynamic sampling:
-    every group, no refills, no metrics. `weights`: the agent's weights as the epoch placed them
-    for its rollouts (the refills sample the same copy)."""
+@dataclasses.dataclass
+class Refills:
+    """What dynamic sampling rolled out besides the epoch's tasks: the refill records (written to
+    D_train like the others; those GRPO trains on are marked `trains_agent`), its metrics, and the
+    refill rollouts' event counts (`EpisodeStats.counts`, summed over rounds)."""
+
+    records: list[EpochTask] = dataclasses.field(default_factory=list)
+    metrics: dict = dataclasses.field(default_factory=dict)
+    counts: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+
+
+def choose_training_groups(ctx: LoopContext, agent: Policy, weights: Placement, envs, records: Sequence[EpochTask],
+                           d_train: Pool, epoch: int) -> Refills:
+    """The dynamic-sampling stage: marks the records whose rollouts GRPO trains on (`trains_agent`).
+    Without dynamic sampling every rolled-out record, and no refills. With it, the informative ones
+    and refills for the rest (see the module docstring). `weights`: the agent's weights as the epoch
+    placed them for its rollouts (the refills sample the same copy)."""
     settings = ctx.config.dynamic_sampling
-    if not settings.enabled or not groups:
-        return list(groups), [], {}
+    rolled = [r for r in records if r.rollouts is not None]
+    if not settings.enabled or not rolled:
+        for r in rolled:
+            r.trains_agent = True
+        return Refills()
     t0 = time.perf_counter()
-    target = len(groups)
-    kept = [g for g, ok in zip(groups, informative(ctx, agent, groups)) if ok]
+    target = len(rolled)
+    kept = [r for r, ok in zip(rolled, informative(ctx, agent, [r.rollouts for r in rolled])) if ok]
     dropped = target - len(kept)
-    refills: list[RolloutGroup] = []
+    refills: list[EpochTask] = []
+    counts: collections.Counter = collections.Counter()
     rounds = 0
     while len(kept) < target and rounds < settings.max_rounds:
         rounds += 1
         tasks = replay_tasks(ctx, d_train, epoch, count=target - len(kept),
                              seed=epoch_seed(ctx.config.seed, epoch, STREAM_REFILL * 1000 + rounds))
-        new, _ = rollouts(ctx, agent, weights, envs, tasks, [True] * len(tasks), epoch, counters, refill_round=rounds)
+        new = epoch_tasks.replayed(epoch_tasks.REFILL, tasks)
+        stats = rollouts(ctx, agent, weights, envs, new, epoch, refill_round=rounds)
+        counts.update(stats.counts)  # (update, not +=: a count of 0 stays a key, as the rollouts report it)
+        new = [r for r in new if r.rollouts is not None]
         refills += new
-        good = [g for g, ok in zip(new, informative(ctx, agent, new)) if ok]
+        good = [r for r, ok in zip(new, informative(ctx, agent, [r.rollouts for r in new])) if ok]
         dropped += len(new) - len(good)
         kept += good[:target - len(kept)]
-    extra = sum(len(g.episodes) for g in refills)
-    return kept, refills, {
+    for r in kept:
+        r.trains_agent = True
+    groups = epoch_tasks.rolled_out(refills)
+    extra = sum(len(g.episodes) for g in groups)
+    return Refills(refills, {
         "dynamic_sampling/rounds": rounds,
         "dynamic_sampling/dropped_groups": dropped,
         "dynamic_sampling/trained_groups": len(kept),
         "dynamic_sampling/shortfall_groups": target - len(kept),
         "dynamic_sampling/extra_rollouts": extra,
-        "dynamic_sampling/refill_success_rate": (sum(r for g in refills for r in g.rewards) / extra) if extra else None,
-        "agent/rollouts_total": sum(len(g.episodes) for g in groups) + extra,
+        "dynamic_sampling/refill_success_rate": (sum(r for g in groups for r in g.rewards) / extra) if extra else None,
+        "agent/rollouts_total": sum(len(r.rollouts.episodes) for r in rolled) + extra,
         "time/refill_s": time.perf_counter() - t0,
-    }
+    }, counts)

@@ -5,7 +5,7 @@ so curves show what training changed on tasks the loop never saw.
 It runs the evaluation command's own code (`evaluation.evaluate` with `sampler_generate_fn`): the
 same task selection (`--max_per_category`, `--sample_seed`), prompts, batching and scoring, so a
 held-out item's result equals the command's for the same params with `--batch_size` equal to the
-agent's `sampling.batch_size` (tests/test_heldout.py). Each evaluation's items are written to
+agent's `sampling.batch_size` (tests/loop/test_heldout.py). Each evaluation's items are written to
 `<workdir>/heldout/` (`workdir.metrics.heldout_items_file`) (the command's items.jsonl format)."""
 
 from __future__ import annotations

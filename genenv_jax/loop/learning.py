@@ -4,7 +4,7 @@ GRPO on the agent's rollout groups, RWR on the simulator's in-band generations, 
 from __future__ import annotations
 
 import logging
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -15,19 +15,19 @@ from genenv_jax.loop.context import (STREAM_GRPO, STREAM_RWR, STREAM_SIMULATOR_S
                                      STREAM_WARMSTART_AGENT,
                                      STREAM_WARMSTART_SIMULATOR, LoopContext, epoch_seed)
 from genenv_jax.loop.policy import Policy
-from genenv_jax.loop.rollouts import RolloutGroup
 from genenv_jax.loop.simulator_grpo import update_simulator_grpo
-from genenv_jax.loop.tasks import Generation
+from genenv_jax.loop.epoch_tasks import EpochTask
 from genenv_jax.rl import POLICY_LOSSES
 from genenv_jax.rl.batches import PolicyState, TrainRow, batch_shape, shuffled_batches, summarise, train_steps
 
 
-def update_agent(ctx: LoopContext, agent: Policy, state: PolicyState, groups: Sequence[RolloutGroup],
+def update_agent(ctx: LoopContext, agent: Policy, state: PolicyState, records: Sequence[EpochTask],
                  epoch: int) -> tuple[PolicyState, dict]:
-    """GRPO: each pass visits every task's group once (at most `agent.train.tasks_per_epoch` of
-    them, a seeded draw), `tasks_per_step` groups per step; advantages per
-    `agent.train.loss.advantage` (`loop.credit`)."""
+    """GRPO on the rollout groups of the records marked `trains_agent`: each pass visits every
+    group once (at most `agent.train.tasks_per_epoch` of them, a seeded draw), `tasks_per_step`
+    groups per step; advantages per `agent.train.loss.advantage` (`loop.credit`)."""
     n, u = ctx.config.rollouts_per_task, agent.settings.train
+    groups = [r.rollouts for r in records if r.trains_agent]
     groups = at_most(groups, u.tasks_per_epoch, ctx.seed(epoch, STREAM_UPDATE_SUBSET))
     if not groups:
         return state, {}
@@ -64,25 +64,27 @@ def at_most(items: Sequence, count: int, seed: int) -> list:
     return [items[i] for i in keep]
 
 
-def update_simulator(ctx: LoopContext, simulator: Policy, state: PolicyState, gens: Sequence[Generation],
-                     r_env: Mapping[str, float], in_band: Mapping[str, bool], epoch: int) -> tuple[PolicyState, dict]:
-    """The simulator's update by `simulator.train.objective` (a registered policy loss): a grouped one
-    (grpo) on group-relative advantages over each prompt's generations (`loop.simulator_grpo`), any
-    other (rwr) on the in-band tasks weighted by their R_env (`update_rwr`)."""
+def update_simulator(ctx: LoopContext, simulator: Policy, state: PolicyState, records: Sequence[EpochTask],
+                     epoch: int) -> tuple[PolicyState, dict]:
+    """The simulator's update by `simulator.train.objective` (a registered policy loss) on the
+    records of its generations: a grouped one (grpo) on group-relative advantages over each
+    prompt's generations (`loop.simulator_grpo`), any other (rwr) on the in-band tasks weighted by
+    their R_env (`update_rwr`)."""
     if POLICY_LOSSES.get(ctx.config.simulator_objective.objective).grouped:
-        return update_simulator_grpo(ctx, simulator, state, gens, r_env, epoch)
-    return update_rwr(ctx, simulator, state, gens, r_env, in_band, epoch)
+        return update_simulator_grpo(ctx, simulator, state, records, epoch)
+    return update_rwr(ctx, simulator, state, records, epoch)
 
 
-def update_rwr(ctx: LoopContext, simulator: Policy, state: PolicyState, gens: Sequence[Generation],
-               r_env: Mapping[str, float], in_band: Mapping[str, bool], epoch: int) -> tuple[PolicyState, dict]:
+def update_rwr(ctx: LoopContext, simulator: Policy, state: PolicyState, records: Sequence[EpochTask],
+               epoch: int) -> tuple[PolicyState, dict]:
     """RWR on the generations whose task is in band (at most `simulator.train.tasks_per_epoch`, a
     seeded draw), each weighted by its R_env."""
-    chosen = [g for g in gens if g.task and in_band.get(g.task.task_id) and g.tokens]
+    chosen = [r for r in records if r.generation is not None and r.score is not None and r.score.in_band
+              and r.generation.tokens]
     chosen = at_most(chosen, simulator.settings.train.tasks_per_epoch, ctx.seed(epoch, STREAM_SIMULATOR_SUBSET))
     if not chosen:
         return state, {"simulator/steps": 0, "simulator/skipped": "no in-band tasks"}
-    rows = [TrainRow(g.prompt, g.tokens, r_env[g.task.task_id]) for g in chosen]
+    rows = [TrainRow(r.generation.prompt, r.generation.tokens, r.score.r_env) for r in chosen]
     shape = batch_shape(rows, min(simulator.settings.train.tasks_per_step, len(rows)), simulator.rows_multiple,
                         response_len=simulator.settings.sampling.max_new_tokens)
     order = np.random.default_rng(ctx.seed(epoch, STREAM_RWR)).permutation(len(rows))

@@ -11,36 +11,35 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from genenv_jax.workdir import storage
-from genenv_jax.rl.curriculum import TaskScore
 from genenv_jax.rl import rwr_weight
-from genenv_jax.loop.rollouts import RolloutGroup
+from genenv_jax.loop.epoch_tasks import EpochTask, rolled_out, scores_of, with_generation
+from genenv_jax.loop.epoch_tasks import RolloutGroup
 from genenv_jax.loop.tasks import Generation
 
 
-def d_train_records(groups: Sequence[RolloutGroup]) -> list[dict]:
-    """The agent's pool: every valid episode (successes and failures) with its task, whole
-    transcript (turns with roles), reward, end reason and per-turn metadata."""
+def d_train_records(records: Sequence[EpochTask]) -> list[dict]:
+    """The agent's pool: every valid episode of the records' rollouts (successes and failures) with
+    its task, whole transcript (turns with roles), reward, end reason and per-turn metadata."""
     return [{"task": g.task.to_json(), "response": ep.final_text, "transcript": ep.transcript, "reward": ep.reward,
              "end_reason": ep.end_reason, "turns": ep.turns, "seed_id": g.task.parent_id, "replayed": g.replayed}
-            for g in groups for ep in g.episodes if ep.valid]
+            for g in rolled_out(records) for ep in g.episodes if ep.valid]
 
 
-def d_env_records(gens: Sequence[Generation], scores: Mapping[str, TaskScore], reward_lambda: float | None) -> list[dict]:
+def d_env_records(records: Sequence[EpochTask], reward_lambda: float | None) -> list[dict]:
     """The simulator's pool: every scored generated task with p_hat, R_env, band and RWR weight
     (None where the simulator's objective is not RWR: reward_lambda None)."""
-    return [{"task": g.task.to_json(), "generation": g.text, "seed_id": g.seed.task_id, "difficulty": g.difficulty,
+    return [{"task": r.task.to_json(), "generation": g.text, "seed_id": g.seed.task_id, "difficulty": g.difficulty,
              "p_hat": s.p_hat, "r_env": s.r_env, "in_band": s.in_band,
              "weight": None if reward_lambda is None else float(rwr_weight(s.r_env, reward_lambda))}
-            for g in gens if g.task and (s := scores.get(g.task.task_id)) is not None]
+            for r in records if (g := r.generation) is not None and r.task and (s := r.score) is not None]
 
 
-def write_samples(directory: str | os.PathLike, epoch: int, gens: Sequence[Generation],
-                  groups: Sequence[RolloutGroup], count: int) -> None:
+def write_samples(directory: str | os.PathLike, epoch: int, records: Sequence[EpochTask], count: int) -> None:
     """The first `count` generations of the epoch (task or rejection, agent rewards), atomically
     (local or gs://)."""
-    rewards_of = {g.task.task_id: g.rewards for g in groups}
+    rewards_of = {g.task.task_id: g.rewards for g in rolled_out(records)}
     rows = []
-    for g in gens[:count]:
+    for g in [r.generation for r in with_generation(records)][:count]:
         row = {"seed_id": g.seed.task_id, "difficulty": g.difficulty, "generation": g.text}
         if g.task:
             row.update(task=g.task.to_json(), agent_rewards=rewards_of.get(g.task.task_id))
@@ -52,14 +51,28 @@ def write_samples(directory: str | os.PathLike, epoch: int, gens: Sequence[Gener
     storage.write_atomic(path, "".join(json.dumps(r, default=str) + "\n" for r in rows), fsync=False)
 
 
+def summed_counts(*stages: Mapping[str, int | float]) -> dict[str, int | float]:
+    """The epoch's event counts: each stage's own counts (generation, task choice, rollouts,
+    refills), added where two stages count the same event; a count of 0 stays a key."""
+    total: dict[str, int | float] = {}
+    for counts in stages:
+        for key, value in counts.items():
+            total[key] = total.get(key, 0) + value
+    return total
+
+
 def _mean(values: Iterable[float]) -> float | None:
     values = list(values)
     return float(np.mean(values)) if values else None
 
 
-def epoch_metrics(*, gens: Sequence[Generation], generated: int | None, groups: Sequence[RolloutGroup],
-                  scores: Sequence[TaskScore], replayed: int, times: Mapping[str, float]) -> dict:
-    """The epoch's curriculum, rollout and throughput numbers (update and counter metrics are added by the loop)."""
+def epoch_metrics(*, records: Sequence[EpochTask], generated: int | None, times: Mapping[str, float]) -> dict:
+    """The epoch's curriculum, rollout and throughput numbers from its records before refills
+    (update and count metrics are added by the loop)."""
+    gens = [r.generation for r in with_generation(records)]
+    groups = rolled_out(records)
+    scores = scores_of(records)
+    replayed = sum(1 for r in records if r.replayed and r.rolls_out)
     tasks = sum(1 for g in gens if g.task)
     fresh = [g for g in groups if not g.replayed]
     responses = [int(sum(ep.loss_mask)) for g in groups for ep in g.episodes]  # agent tokens per episode

@@ -2,31 +2,12 @@
 
 from __future__ import annotations
 
-import collections
-import dataclasses
 from typing import Sequence
 
-from genenv_jax.domains.base import Task
-from genenv_jax.episodes import Episode, EpisodeCaps, EpisodeStats, run_episodes
+from genenv_jax.episodes import EpisodeCaps, EpisodeStats, run_episodes
 from genenv_jax.loop.context import STREAM_REFILL, STREAM_ROLLOUTS, LoopContext, epoch_seed
+from genenv_jax.loop.epoch_tasks import EpochTask, RolloutGroup
 from genenv_jax.loop.policy import Placement, Policy
-
-
-@dataclasses.dataclass
-class RolloutGroup:
-    """A task's n agent episodes (one GRPO group)."""
-
-    task: Task
-    episodes: list[Episode]
-    replayed: bool = False
-
-    @property
-    def rewards(self) -> list[float]:
-        return [ep.reward for ep in self.episodes]
-
-    @property
-    def valid(self) -> list[bool]:
-        return [ep.valid for ep in self.episodes]
 
 
 def episode_caps(ctx: LoopContext, agent: Policy) -> EpisodeCaps:
@@ -44,10 +25,11 @@ def rollout_seed(ctx: LoopContext, epoch: int, turn: int, refill_round: int = 0)
                                                                          STREAM_ROLLOUTS * 1000 + turn)
 
 
-def rollouts(ctx: LoopContext, agent: Policy, weights: Placement, envs, tasks: Sequence[Task],
-             replayed: Sequence[bool], epoch: int, counters: collections.Counter, refill_round: int = 0,
-             ) -> tuple[list[RolloutGroup], EpisodeStats]:
-    """Runs `rollouts_per_task` episodes per task, every turn's live episodes as one sampler batch.
+def rollouts(ctx: LoopContext, agent: Policy, weights: Placement, envs, records: Sequence[EpochTask], epoch: int,
+             refill_round: int = 0) -> EpisodeStats:
+    """The rollout stage: `rollouts_per_task` episodes of every record's task, every turn's live
+    episodes as one sampler batch; sets each record's `rollouts` (left None for a task that could
+    not start) and returns what the episodes cost and met (`EpisodeStats`, its `counts` included).
     `weights`: the agent's weights as the epoch placed them (one copy for every turn and round)."""
     n = ctx.config.rollouts_per_task
     caps = episode_caps(ctx, agent)
@@ -57,6 +39,9 @@ def rollouts(ctx: LoopContext, agent: Policy, weights: Placement, envs, tasks: S
                             retain=caps.max_turns > 1)
 
     what = f"refill {refill_round}" if refill_round else "agent episodes"
-    with ctx.progress(len(tasks) * n, f"epoch {epoch}: {what}", unit="episode") as bar:
-        groups, stats = run_episodes(tasks, n, envs, ctx.text, caps, sample, counters, bar)
-    return [RolloutGroup(g[0].task, g, replayed[g[0].episode_id // n]) for g in groups], stats
+    with ctx.progress(len(records) * n, f"epoch {epoch}: {what}", unit="episode") as bar:
+        groups, stats = run_episodes([r.task for r in records], n, envs, ctx.text, caps, sample, bar)
+    for episodes in groups:
+        record = records[episodes[0].episode_id // n]  # episode ids are task index * n + k
+        record.rollouts = RolloutGroup(record.task, episodes, record.replayed)
+    return stats

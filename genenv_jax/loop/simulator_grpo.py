@@ -15,29 +15,32 @@ The update is the GRPO step (`rl.make_grpo_step`) with the sampler's logprobs as
 from __future__ import annotations
 
 import collections
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from genenv_jax.loop.context import STREAM_SIMULATOR_GRPO, STREAM_SIMULATOR_SUBSET, LoopContext
+from genenv_jax.loop.epoch_tasks import EpochTask
 from genenv_jax.loop.policy import Policy
 from genenv_jax.loop.tasks import Generation
 from genenv_jax.rl import grpo_advantages
 from genenv_jax.rl.batches import PolicyState, TrainRow, batch_shape, summarise, train_steps
 
 
-def generation_rewards(gens: Sequence[Generation], r_env: Mapping[str, float], invalid_reward: float
+def generation_rewards(records: Sequence[EpochTask], invalid_reward: float
                        ) -> dict[int, list[tuple[Generation, float]]]:
-    """{group: [(generation, reward)]}: R_env of a scored task, `invalid_reward` for a rejected
-    generation; a valid generation without a score (not rolled out) and an empty one are left out."""
+    """{group: [(generation, reward)]} over the records' generations: R_env of a scored task,
+    `invalid_reward` for a rejected generation; a valid generation without a score (not rolled out)
+    and an empty one are left out."""
     groups: dict[int, list[tuple[Generation, float]]] = collections.defaultdict(list)
-    for g in gens:
-        if not g.tokens:
+    for r in records:
+        g = r.generation
+        if g is None or not g.tokens:
             continue
         if g.task is None:
             groups[g.group].append((g, float(invalid_reward)))
-        elif g.task.task_id in r_env:
-            groups[g.group].append((g, float(r_env[g.task.task_id])))
+        elif r.score is not None:
+            groups[g.group].append((g, float(r.score.r_env)))
     return dict(groups)
 
 
@@ -54,11 +57,11 @@ def group_rows(members: Sequence[tuple[Generation, float]], loss) -> list[TrainR
             for (g, _), a in zip(members, advantages)]
 
 
-def update_simulator_grpo(ctx: LoopContext, simulator: Policy, state: PolicyState, gens: Sequence[Generation],
-                          r_env: Mapping[str, float], epoch: int) -> tuple[PolicyState, dict]:
+def update_simulator_grpo(ctx: LoopContext, simulator: Policy, state: PolicyState, records: Sequence[EpochTask],
+                          epoch: int) -> tuple[PolicyState, dict]:
     """GRPO on the simulator's generation groups (see the module docstring)."""
     objective, train = ctx.config.simulator_objective, simulator.settings.train
-    groups = generation_rewards(gens, r_env, objective.invalid_reward)
+    groups = generation_rewards(records, objective.invalid_reward)
     scored = [members for _, members in sorted(groups.items())]
     rewards = [r for members in scored for _, r in members]
     metrics = {"simulator/groups": len(scored), "simulator/reward_mean": float(np.mean(rewards)) if rewards else 0.0,

@@ -19,7 +19,7 @@ from genenv_jax.loop import shared_pools
 from genenv_jax.workdir.pool_mixing import mixed_batches
 from genenv_jax.workdir.pools import Pool
 
-Counters = collections.Counter
+Counts = collections.Counter  # a stage's events by name (rejections, prompts too long, ...)
 
 
 @dataclasses.dataclass
@@ -83,52 +83,55 @@ class TaskGenerator:
         self.simulator = simulator
 
     def generate(self, seeds: Sequence[Task], weights: Placement, stats: dict[str, SeedStats], epoch: int,
-                 counters: Counters, groups: Sequence[int] | None = None) -> list[Generation]:
+                 groups: Sequence[int] | None = None) -> tuple[list[Generation], Counts]:
         """One generation per entry of `seeds` (repeat a seed for several) by the simulator's `weights`
-        (placed only if some prompt fits); `groups[i]` tags entry i's generation (the entries of one
-        prompt share a group), default none."""
+        (placed only if some prompt fits), and what generating them counted (prompts too long, the
+        sampler's prefill and decode work, rejections by reason, recorded flags); `groups[i]` tags
+        entry i's generation (the entries of one prompt share a group), default none."""
         ctx = self.ctx
+        counts = Counts()
         prompts, meta = [], []
         for i, seed in enumerate(seeds):
             prompt, direction = simulator_request(ctx, seed, stats)
             ids = ctx.text.prompt(prompt)
             if len(ids) > self.simulator.settings.sampling.max_prompt_len:
-                counters["simulator_prompt_too_long"] += 1
+                counts["simulator_prompt_too_long"] += 1
                 continue
             prompts.append(ids)
             meta.append((seed, direction, -1 if groups is None else groups[i]))
         with ctx.progress(len(prompts), f"epoch {epoch}: simulator") as bar:
             out = self.simulator.sample(weights, prompts, ctx.seed(epoch, STREAM_GENERATE), ctx.text.stop_ids, bar)
         if out.stats is not None:  # the simulator's prompts share their instructions: prefilled once
-            counters["simulator/prefill_requested_tokens"] += out.stats.prefill.requested
-            counters["simulator/prefill_computed_tokens"] += out.stats.prefill.computed
+            counts["simulator/prefill_requested_tokens"] += out.stats.prefill.requested
+            counts["simulator/prefill_computed_tokens"] += out.stats.prefill.computed
             # decode: steps, rows computed (slots x steps, fewer after compaction) and tokens kept
-            counters["simulator/decode_steps"] += out.stats.decode_steps
-            counters["simulator/decode_row_steps"] += out.stats.computed_row_steps
-            counters["simulator/decode_tokens"] += out.stats.useful_tokens
+            counts["simulator/decode_steps"] += out.stats.decode_steps
+            counts["simulator/decode_row_steps"] += out.stats.computed_row_steps
+            counts["simulator/decode_tokens"] += out.stats.useful_tokens
             for program in ("refill", "decode", "resize", "compact"):  # seconds, when the sampler is timed
                 if getattr(out.stats, f"{program}_s"):
-                    counters[f"time/simulator_{program}_s"] += getattr(out.stats, f"{program}_s")
+                    counts[f"time/simulator_{program}_s"] += getattr(out.stats, f"{program}_s")
         gens = []
         for (seed, direction, group), prompt, toks, lps in zip(meta, prompts, out.token_lists(), out.logprob_lists()):
             text = ctx.text.decode(toks)
             gens.append(Generation(seed, direction, prompt, toks, lps, text, _parse(ctx, text, seed, direction), group))
         for g in gens:
             if isinstance(g.result, Rejection):
-                counters[f"rejected/{g.result.reason}"] += 1
+                counts[f"rejected/{g.result.reason}"] += 1
             else:  # a check the domain was told to record rather than enforce (e.g. BFCL grounding="record")
                 for flag in g.result.metadata.get("flags", ()):
-                    counters[f"flagged/{flag}"] += 1
-        return gens
+                    counts[f"flagged/{flag}"] += 1
+        return gens, counts
 
 
 class TaskSource(Protocol):
-    """An epoch's new tasks (with the generations behind them, empty for drawn ones);
-    `simulator_weights`: the simulator's weights as the epoch placed them for sampling (the copy is
-    made only if the source samples: static mode draws from its set after the first epoch)."""
+    """An epoch's new tasks (with the generations behind them, empty for drawn ones) and what
+    making them counted; `simulator_weights`: the simulator's weights as the epoch placed them for
+    sampling (the copy is made only if the source samples: static mode draws from its set after the
+    first epoch)."""
 
-    def tasks(self, epoch: int, simulator_weights: Placement, stats: dict[str, SeedStats],
-              counters: Counters) -> list[Generation]: ...
+    def tasks(self, epoch: int, simulator_weights: Placement,
+              stats: dict[str, SeedStats]) -> tuple[list[Generation], Counts]: ...
 
 
 class GeneratedTasks:
@@ -137,12 +140,12 @@ class GeneratedTasks:
     def __init__(self, ctx: LoopContext, generator: TaskGenerator):
         self.ctx, self.generator = ctx, generator
 
-    def tasks(self, epoch, simulator_weights, stats, counters):
+    def tasks(self, epoch, simulator_weights, stats):
         c = self.ctx.config
         seeds = choose_seeds(self.ctx, epoch, stats, c.seeds_per_epoch)
         groups = [i for i in range(len(seeds)) for _ in range(c.variants_per_seed)]  # a seed's variants: one prompt
         seeds = [s for s in seeds for _ in range(c.variants_per_seed)]
-        return self.generator.generate(seeds, simulator_weights, stats, epoch, counters, groups)
+        return self.generator.generate(seeds, simulator_weights, stats, epoch, groups)
 
 
 class StaticTasks:
@@ -151,22 +154,23 @@ class StaticTasks:
     def __init__(self, ctx: LoopContext, generator: TaskGenerator, pool: Pool):
         self.ctx, self.generator, self.pool = ctx, generator, pool
 
-    def tasks(self, epoch, simulator_weights, stats, counters):
+    def tasks(self, epoch, simulator_weights, stats):
         c = self.ctx.config
+        counts = Counts()
         if self.pool.num_records() == 0:
             seeds = choose_seeds(self.ctx, 0, {}, c.seeds_per_epoch)
             seeds = [s for s in seeds for _ in range(c.static_variants_per_seed)]
-            gens = self.generator.generate(seeds, simulator_weights, {}, 0, counters)
+            gens, counts = self.generator.generate(seeds, simulator_weights, {}, 0)
             shared_pools.append_epoch({"static_tasks": self.pool}, 0,
                                       {"static_tasks": [{"task": g.task.to_json()} for g in gens if g.task]})
         tasks = [Task.from_json(r["task"]) for r in self.pool.records()]
         if not tasks:
-            return []
+            return [], counts
         rng = np.random.default_rng(self.ctx.seed(epoch, STREAM_STATIC))
         wanted = c.new_tasks_per_epoch or c.seeds_per_epoch * c.variants_per_seed
         picks = rng.choice(len(tasks), size=min(wanted, len(tasks)), replace=False)
         return [Generation(self.ctx.seed_by_id.get(tasks[i].parent_id, tasks[i]), tasks[i].difficulty or "similar",
-                           [], [], np.zeros(0), "", tasks[i]) for i in picks]
+                           [], [], np.zeros(0), "", tasks[i]) for i in picks], counts
 
 
 def seed_generation(seed: Task) -> Generation:
@@ -184,16 +188,16 @@ class CurriculumTasks:
     def __init__(self, ctx: LoopContext, generator: TaskGenerator):
         self.ctx, self.generator = ctx, generator
 
-    def tasks(self, epoch, simulator_weights, stats, counters):
+    def tasks(self, epoch, simulator_weights, stats):
         c = self.ctx.config
         seeds = choose_seeds(self.ctx, epoch, stats, c.seeds_per_epoch)
         cap = int(c.dreamgym.generated_task_share * len(seeds) + 1e-9) if c.dreamgym.task_generation else 0
         variance = {i: stats[s.task_id].reward_variance for i, s in enumerate(seeds)
                     if s.task_id in stats and (stats[s.task_id].reward_variance or 0.0) > 0}
         picked = sorted(variance, key=lambda i: (-variance[i], i))[:cap]
-        gens = self.generator.generate([seeds[i] for i in picked], simulator_weights, stats, epoch, counters)
-        counters["dreamgym/generation_requests"] += len(picked)
-        counters["dreamgym/generated_tasks"] += sum(1 for g in gens if g.task)
+        gens, counts = self.generator.generate([seeds[i] for i in picked], simulator_weights, stats, epoch)
+        counts["dreamgym/generation_requests"] += len(picked)
+        counts["dreamgym/generated_tasks"] += sum(1 for g in gens if g.task)
         replaced = collections.Counter(g.seed.task_id for g in gens if g.task)  # per seed id: seeds may repeat
         kept = []
         for i, s in enumerate(seeds):
@@ -201,27 +205,15 @@ class CurriculumTasks:
                 replaced[s.task_id] -= 1
             else:
                 kept.append(seed_generation(s))
-        return kept + list(gens)  # rejected generations add no task but are counted and logged
+        return kept + list(gens), counts  # rejected generations add no task but are counted and logged
 
 
-def agent_tasks(ctx: LoopContext, gens: Sequence[Generation], epoch: int,
-                counters: Counters) -> tuple[list[Task], list[Task]]:
-    """(new tasks, top-ups) the agent rolls out this epoch. With `new_tasks_per_epoch` = N > 0, the
-    first N valid new tasks, and training seeds drawn at random for any shortfall (equal agent data
-    in every mode; top-ups are rolled out like replayed tasks, outside p_hat and RWR)."""
-    new = [g.task for g in gens if g.task]
-    wanted = ctx.config.new_tasks_per_epoch
-    if wanted <= 0:
-        return new, []
-    counters["new_tasks_unused"] += max(len(new) - wanted, 0)
-    new = new[:wanted]
-    missing = wanted - len(new)
-    if not missing:
-        return new, []
-    counters["topped_up_tasks"] += missing
+def top_up_tasks(ctx: LoopContext, missing: int, epoch: int) -> list[Task]:
+    """`missing` training seeds drawn at random: the agent's data when the simulator wrote fewer than
+    `new_tasks_per_epoch` valid tasks (equal agent data in every mode)."""
     rng = np.random.default_rng(ctx.seed(epoch, STREAM_TOP_UP))
     seeds = ctx.train_seeds
-    return new, [seeds[i] for i in rng.choice(len(seeds), size=missing, replace=missing > len(seeds))]
+    return [seeds[i] for i in rng.choice(len(seeds), size=missing, replace=missing > len(seeds))]
 
 
 def replay_tasks(ctx: LoopContext, d_train: Pool, epoch: int, count: int | None = None,

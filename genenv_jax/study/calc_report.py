@@ -36,7 +36,7 @@ from genenv_jax.study.results import Study, load_study
 
 PROGRAM = "genenv_jax.study.calc_report"
 # Where the repository keeps the study's runs and the probe of the untrained simulator, and where the
-# report goes (tests/test_study_calc_report.py rebuilds the committed report from them byte for byte).
+# report goes (tests/study/test_study_calc_report.py rebuilds the committed report from them byte for byte).
 KEPT_STUDY, KEPT_PROBE = "docs/results/calc_real_study", "docs/results/probe_calc_real_200/summary.json"
 OUT, IMAGES = "docs/reproduction_calc_real.md", "docs/images/calc_real"
 TEMPLATE = Path(__file__).parent / "templates" / "reproduction_calc_real.md"

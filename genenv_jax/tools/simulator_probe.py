@@ -59,9 +59,8 @@ def probe(config, count: int, seed: int) -> tuple[list[dict], dict]:
     state = simulator.new_state(simulator.initial_trained(weights, config.init_seed), simulator.frozen_of(weights))
     rng = np.random.default_rng(seed)
     seeds = [ctx.train_seeds[i] for i in rng.choice(len(ctx.train_seeds), size=count, replace=True)]
-    counters: collections.Counter = collections.Counter()
     started = time.perf_counter()
-    gens = TaskGenerator(ctx, simulator).generate(seeds, Placement(simulator, state), {}, seed, counters)
+    gens, counts = TaskGenerator(ctx, simulator).generate(seeds, Placement(simulator, state), {}, seed)
     seconds = time.perf_counter() - started
     records = [{"seed": g.seed.task_id, "seed_category": g.seed.category, "direction": g.difficulty, "text": g.text,
                 "accepted": g.task is not None,
@@ -71,14 +70,14 @@ def probe(config, count: int, seed: int) -> tuple[list[dict], dict]:
     summary = {
         "generations": len(records), "accepted": len(accepted),
         "accept_rate": len(accepted) / max(len(records), 1),
-        "prompts_too_long": counters.get("simulator_prompt_too_long", 0),
+        "prompts_too_long": counts.get("simulator_prompt_too_long", 0),
         "rejections": dict(collections.Counter(r["reason"] for r in records if not r["accepted"]).most_common()),
         "accepted_by_category": dict(sorted(collections.Counter(r["category"] for r in accepted).items())),
         "seed_category_of_accepted": dict(sorted(collections.Counter(r["seed_category"] for r in accepted).items())),
         "model": settings.model_dir or settings.preset, "domain": config.domain.name,
         "domain_options": dict(config.domain.options), "temperature": settings.sampling.temperature,
         "jax_devices": len(jax.devices()), "seconds": seconds,
-        "sampler": {k: v for k, v in counters.items() if k.startswith(("simulator/", "time/"))},
+        "sampler": {k: v for k, v in counts.items() if k.startswith(("simulator/", "time/"))},
     }
     return records, summary
 

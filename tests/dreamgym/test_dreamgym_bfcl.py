@@ -68,7 +68,7 @@ class TableModel:
 
 
 def _run(envs, task, text, replies):
-    groups, _ = run_episodes([task], 1, envs, text, CAPS, _agent(text, replies), collections.Counter())
+    groups, _ = run_episodes([task], 1, envs, text, CAPS, _agent(text, replies))
     return groups[0][0]
 
 

@@ -3,7 +3,6 @@ real episode runner with scripted samplers (no model): the reply format round-tr
 accuracy and the trivial baselines are computed right, and synthetic episodes end as the paper
 says (outcome reward, failure state with reward 0 on an invalid action or an unreadable reply)."""
 
-import collections
 import re
 
 import pytest
@@ -169,16 +168,15 @@ def test_synthetic_episodes_run_batched_with_outcome_rewards_and_failure_states(
               "mute": ["I will think about it."],
               "garbles": ["Action: look", "Action: garble"],
               "wanders": ["Action: look", "Action: look", "Action: look", "Action: look"]}
-    counters = collections.Counter()
     caps = EpisodeCaps(max_turns=8, max_total_tokens=4096, max_new_tokens=32, max_prompt_len=1024)
-    groups, _ = run_episodes([_task(k) for k in script], 1, envs, text, caps, _agent(text, script), counters)
+    groups, stats = run_episodes([_task(k) for k in script], 1, envs, text, caps, _agent(text, script))
     by = {g[0].task.task_id: g[0] for g in groups}
     assert {k: (len(e.turns), e.end_reason, e.reward) for k, e in by.items()} == {
         "solves": (2, END_DONE, 1.0), "mute": (1, END_DONE, 0.0), "garbles": (2, END_DONE, 0.0),
         "wanders": (3, END_DONE, 0.0)}   # wanders: the adapter's 3-step cap
-    assert by["mute"].details["failure"] == "invalid_action" and counters["env_errors/invalid_action"] == 1
+    assert by["mute"].details["failure"] == "invalid_action" and stats.counts["env_errors/invalid_action"] == 1
     assert by["garbles"].details["failure"] == "experience_unparseable"
-    assert counters["env_errors/experience_unparseable"] == 1 and envs.counts == {"experience/unparseable": 1}
+    assert stats.counts["env_errors/experience_unparseable"] == 1 and envs.counts == {"experience/unparseable": 1}
     assert by["solves"].transcript[-2] == {"role": "user", "content": "You hold the mug."}
     # one experience-model call per turn, batched over the live episodes that named an action
     assert calls == [(3, 7 * 1_000_003), (3, 7 * 1_000_003 + 1), (1, 7 * 1_000_003 + 2)]

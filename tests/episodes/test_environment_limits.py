@@ -12,7 +12,6 @@ environment completes and counts the event.
 
 from __future__ import annotations
 
-import collections
 import json
 
 import pytest
@@ -42,19 +41,18 @@ def _ends(groups):
 def test_a_spinning_step_ends_only_its_episode_in_process(text):
     from test_episodes import CountdownDomain
 
-    counters = collections.Counter()
-    groups, _ = run_episodes([_task(3, spin_at_turn=2), _task(2)], 1, LocalEnvironments(CountdownDomain(), FAST),
-                             text, CAPS, _oracle(text), counters)
+    groups, stats = run_episodes([_task(3, spin_at_turn=2), _task(2)], 1, LocalEnvironments(CountdownDomain(), FAST),
+                                 text, CAPS, _oracle(text))
     assert _ends(groups) == ["env_timeout", END_DONE] and groups[1][0].reward == 1.0
     assert groups[0][0].reward == 0.0  # its environment was dropped: no score, reward 0
-    assert counters["score_failed/env_exception:KeyError"] == 1
+    assert stats.counts["score_failed/env_exception:KeyError"] == 1
 
 
 def test_observations_are_cut_with_a_marker(text):
     from test_episodes import CountdownDomain
 
     groups, _ = run_episodes([_task(3, flood_at_turn=1)], 1, LocalEnvironments(CountdownDomain(), FAST), text, CAPS,
-                             _oracle(text), collections.Counter())
+                             _oracle(text))
     shown = [m["content"] for m in groups[0][0].transcript if m["role"] == "tool"][0]
     assert shown.startswith("x" * 1000) and shown.endswith(
         f"[... {(1 << 20) - 1000} of {1 << 20} characters cut by this environment's limit]")
@@ -68,11 +66,10 @@ def test_workers_time_out_kill_and_replace_and_the_batch_completes(text, monkeyp
         # episodes 0, 2 live in worker 0 and 1, 3 in worker 1: 0 spins (the alarm ends it, its worker
         # lives on), 1 ignores the alarm and sleeps (its worker is killed: episode 3 goes with it)
         tasks = [_task(3, spin_at_turn=2), _task(3, hang_at_turn=2), _task(3), _task(3)]
-        counters = collections.Counter()
-        groups, _ = run_episodes(tasks, 1, envs, text, CAPS, _oracle(text), counters)
-        assert _ends(groups) == ["env_timeout", "env_timeout", END_DONE, "worker_died"], counters
+        groups, stats = run_episodes(tasks, 1, envs, text, CAPS, _oracle(text))
+        assert _ends(groups) == ["env_timeout", "env_timeout", END_DONE, "worker_died"], stats.counts
         assert envs.killed == 1 and groups[2][0].reward == 1.0
-        again, _ = run_episodes([_task(2), _task(2)], 1, envs, text, CAPS, _oracle(text), collections.Counter())
+        again, _ = run_episodes([_task(2), _task(2)], 1, envs, text, CAPS, _oracle(text))
         assert [g[0].reward for g in again] == [1.0, 1.0]  # the killed worker was replaced
     finally:
         envs.close()
@@ -81,8 +78,7 @@ def test_workers_time_out_kill_and_replace_and_the_batch_completes(text, monkeyp
 def test_a_worker_over_its_memory_cap_answers_env_memory(text):
     envs = WorkerEnvironments("test_episodes:CountdownDomain", {}, num_workers=1, limits=FAST)
     try:
-        groups, _ = run_episodes([_task(3, hog_at_turn=1), _task(2)], 1, envs, text, CAPS, _oracle(text),
-                                 collections.Counter())
+        groups, _ = run_episodes([_task(3, hog_at_turn=1), _task(2)], 1, envs, text, CAPS, _oracle(text))
         assert _ends(groups) == ["env_memory", END_DONE]  # same worker, still alive
     finally:
         envs.close()

@@ -1,7 +1,6 @@
 """Multi-turn episodes: the batched runner, environment workers that raise or die, and the loss mask
 that keeps observation tokens out of GRPO."""
 
-import collections
 import os
 import re
 import signal
@@ -128,9 +127,8 @@ CAPS = EpisodeCaps(max_turns=8, max_total_tokens=4096, max_new_tokens=16, max_pr
 
 
 def test_batched_episodes_alternate_agent_turns_and_observations(text):
-    counters = collections.Counter()
     groups, stats = run_episodes([_task(3), _task(1)], 2, LocalEnvironments(CountdownDomain()), text, CAPS,
-                                 _oracle(text), counters)
+                                 _oracle(text))
     assert [len(g) for g in groups] == [2, 2]
     long, short = groups[0][0], groups[1][0]
     assert [len(long.turns), len(short.turns)] == [3, 1] and long.end_reason == short.end_reason == END_DONE
@@ -150,49 +148,46 @@ def test_batched_episodes_alternate_agent_turns_and_observations(text):
 
 
 def test_caps_end_episodes_with_their_reason(text):
-    counters = collections.Counter()
     caps = EpisodeCaps(max_turns=2, max_total_tokens=4096, max_new_tokens=16, max_prompt_len=1024)
-    groups, _ = run_episodes([_task(3)], 1, LocalEnvironments(CountdownDomain()), text, caps, _oracle(text), counters)
+    groups, _ = run_episodes([_task(3)], 1, LocalEnvironments(CountdownDomain()), text, caps, _oracle(text))
     assert groups[0][0].end_reason == END_MAX_TURNS and groups[0][0].reward == 0.0
     ep = groups[0][0]
     tight = EpisodeCaps(max_turns=8, max_total_tokens=len(ep.prompt) + 20, max_new_tokens=16, max_prompt_len=1024)
-    groups, _ = run_episodes([_task(3)], 1, LocalEnvironments(CountdownDomain()), text, tight, _oracle(text), counters)
+    groups, _ = run_episodes([_task(3)], 1, LocalEnvironments(CountdownDomain()), text, tight, _oracle(text))
     assert groups[0][0].end_reason == END_MAX_TOKENS
     short_prompt = EpisodeCaps(max_turns=8, max_total_tokens=4096, max_new_tokens=16, max_prompt_len=5)
-    groups, _ = run_episodes([_task(3)], 2, LocalEnvironments(CountdownDomain()), text, short_prompt, _oracle(text),
-                             counters)
-    assert groups == [] and counters["agent_prompt_too_long"] == 1
+    groups, stats = run_episodes([_task(3)], 2, LocalEnvironments(CountdownDomain()), text, short_prompt,
+                                 _oracle(text))
+    assert groups == [] and stats.counts["agent_prompt_too_long"] == 1
 
     def truncated(prompts, turn):
         out = _oracle(text)(prompts, turn)
         return SampleOutput(out.tokens, out.logprobs, out.lengths, tuple(FINISH_LENGTH for _ in prompts))
-    groups, _ = run_episodes([_task(3)], 1, LocalEnvironments(CountdownDomain()), text, CAPS, truncated, counters)
+    groups, _ = run_episodes([_task(3)], 1, LocalEnvironments(CountdownDomain()), text, CAPS, truncated)
     assert groups[0][0].end_reason == END_TURN_TOKENS and not groups[0][0].valid
 
 
 def test_environment_errors_and_info_are_counted(text):
-    counters = collections.Counter()
-    run_episodes([_task(1)], 1, LocalEnvironments(CountdownDomain()), text, CAPS, _oracle(text, wrong_at=0), counters)
-    assert counters["env_errors/late"] == 1
-    groups, _ = run_episodes([_task(3, raise_at_turn=2), _task(1)], 1, LocalEnvironments(CountdownDomain()), text,
-                             CAPS, _oracle(text), counters)
+    _, stats = run_episodes([_task(1)], 1, LocalEnvironments(CountdownDomain()), text, CAPS, _oracle(text, wrong_at=0))
+    assert stats.counts["env_errors/late"] == 1
+    groups, stats = run_episodes([_task(3, raise_at_turn=2), _task(1)], 1, LocalEnvironments(CountdownDomain()), text,
+                                 CAPS, _oracle(text))
     assert groups[0][0].end_reason == "env_exception:KeyError" and groups[0][0].reward == 0.0
-    assert counters["score_failed/env_exception:KeyError"] == 1  # its environment is gone: no score
+    assert stats.counts["score_failed/env_exception:KeyError"] == 1  # its environment is gone: no score
     assert groups[1][0].end_reason == END_DONE and groups[1][0].reward == 1.0
 
 
 def test_a_worker_that_dies_ends_only_its_episodes(text):
     envs = WorkerEnvironments("test_episodes:CountdownDomain", {}, num_workers=2)
     try:
-        counters = collections.Counter()
         # episodes 0 and 1 (task 0) live in workers 0 and 1; task 0 kills its worker at turn 2
         tasks = [_task(3, die_at_turn=2), _task(3), _task(2)]
-        groups, _ = run_episodes(tasks, 1, envs, text, CAPS, _oracle(text), counters)
+        groups, _ = run_episodes(tasks, 1, envs, text, CAPS, _oracle(text))
         ends = [g[0].end_reason for g in groups]
         assert ends[0] == "worker_died" and groups[0][0].reward == 0.0
         assert ends[1] == END_DONE and groups[1][0].reward == 1.0  # another worker
         assert ends[2] == "worker_died"  # episode 2 shared worker 0 with episode 0 and died with it
-        again, _ = run_episodes([_task(2), _task(1)], 1, envs, text, CAPS, _oracle(text), counters)
+        again, _ = run_episodes([_task(2), _task(1)], 1, envs, text, CAPS, _oracle(text))
         assert [g[0].reward for g in again] == [1.0, 1.0]  # the dead worker was replaced
     finally:
         envs.close()
@@ -200,11 +195,10 @@ def test_a_worker_that_dies_ends_only_its_episodes(text):
 
 def test_workers_and_local_environments_give_the_same_episodes(text):
     tasks = [_task(3), _task(2), _task(1)]
-    local, _ = run_episodes(tasks, 2, LocalEnvironments(CountdownDomain()), text, CAPS, _oracle(text),
-                            collections.Counter())
+    local, _ = run_episodes(tasks, 2, LocalEnvironments(CountdownDomain()), text, CAPS, _oracle(text))
     envs = WorkerEnvironments("test_episodes:CountdownDomain", {}, num_workers=2)
     try:
-        workers, _ = run_episodes(tasks, 2, envs, text, CAPS, _oracle(text), collections.Counter())
+        workers, _ = run_episodes(tasks, 2, envs, text, CAPS, _oracle(text))
     finally:
         envs.close()
     flat = lambda groups: [(e.tokens, e.loss_mask, e.transcript, e.reward) for g in groups for e in g]  # noqa: E731
@@ -214,8 +208,7 @@ def test_workers_and_local_environments_give_the_same_episodes(text):
 def test_observation_tokens_contribute_nothing_to_the_grpo_loss_or_gradient(text):
     """Old logprobs at observation positions are garbage here: with the loss mask they change
     nothing; with every response token in the loss they do."""
-    groups, _ = run_episodes([_task(3)], 2, LocalEnvironments(CountdownDomain()), text, CAPS, _oracle(text),
-                             collections.Counter())
+    groups, _ = run_episodes([_task(3)], 2, LocalEnvironments(CountdownDomain()), text, CAPS, _oracle(text))
     cfg = preset("tiny")
     params = init_params(cfg, jax.random.key(0))
     step = rl.make_grpo_step(cfg, rl.make_optimizer(rl.OptimizerConfig(learning_rate=1e-3)),

@@ -54,21 +54,22 @@ def _save_run(workdir, config, epoch, arrays, bases=None, pools=None):
 def _bfcl_records(domain, epoch):
     """D_env records of real BFCL variants (the domain's own parse of a sibling written as the
     simulator writes one) with curriculum numbers."""
+    from genenv_jax.loop import epoch_tasks
     from genenv_jax.loop.records import d_env_records
     from genenv_jax.loop.tasks import Generation
     from genenv_jax.rl.curriculum import TaskScore
 
     seeds = {s.category: s for s in domain.seeds("train")}
-    gens, scores = [], {}
+    tasks = []
     for i, category in enumerate(("simple_python", "multiple", "parallel", "irrelevance")):
         seed = seeds[category]
         text = domain.reference_generation(seed)
         task = domain.parse_task(text, seed, "harder")
-        gens.append(Generation(seed, "harder", [], [], np.zeros(0), text, task))
         p_hat = (i + epoch) % 3 / 2
-        scores[task.task_id] = TaskScore(task.task_id, seed.task_id, 2, p_hat, 0.25, p_hat, 1 - abs(p_hat - 0.5),
-                                         p_hat == 0.5)
-    return d_env_records(gens, scores, reward_lambda=1.0)
+        score = TaskScore(task.task_id, seed.task_id, 2, p_hat, 0.25, p_hat, 1 - abs(p_hat - 0.5), p_hat == 0.5)
+        tasks.append(epoch_tasks.EpochTask(epoch_tasks.GENERATED, task,
+                                           Generation(seed, "harder", [], [], np.zeros(0), text, task), score=score))
+    return d_env_records(tasks, reward_lambda=1.0)
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from genenv_jax.domains.base import Task
-from genenv_jax.episodes import Episode
-from genenv_jax.loop import CoEvolution, dynamic_sampling
-from genenv_jax.loop.rollouts import RolloutGroup
+from genenv_jax.episodes import Episode, EpisodeStats
+from genenv_jax.loop import CoEvolution, dynamic_sampling, epoch_tasks
+from genenv_jax.loop.epoch_tasks import EpochTask
+from genenv_jax.loop.epoch_tasks import RolloutGroup
 from tests.support.loop_configs import toy_config
 
 pytestmark = pytest.mark.usefixtures("toy_domain")
@@ -24,13 +25,27 @@ def _group(name, rewards):
     return RolloutGroup(task, episodes)
 
 
+def _records(groups):
+    """The epoch's records of rolled-out generated tasks."""
+    return [EpochTask(epoch_tasks.GENERATED, g.task, rollouts=g) for g in groups]
+
+
+def _trained(records):
+    return [r.rollouts.task.task_id for r in records if r.trains_agent]
+
+
 def _fake(monkeypatch, rounds_of_rewards):
-    """Refill round r returns groups with the given rewards; records what was asked for."""
+    """Refill round r's rollouts get the given rewards; records what was asked for."""
     asked = []
 
-    def rollouts(ctx, agent, weights, envs, tasks, replayed, epoch, counters, refill_round=0):
-        asked.append((refill_round, len(tasks)))
-        return [_group(f"refill{refill_round}/{i}", r) for i, r in enumerate(rounds_of_rewards[refill_round - 1])], None
+    def rollouts(ctx, agent, weights, envs, records, epoch, refill_round=0):
+        asked.append((refill_round, len(records)))
+        scripted = rounds_of_rewards[refill_round - 1]
+        # as many groups as scripted, even beyond what was asked (the update must still take no more)
+        records.extend(EpochTask(epoch_tasks.REFILL, None) for _ in range(len(scripted) - len(records)))
+        for i, (r, rewards) in enumerate(zip(records, scripted)):
+            r.rollouts = _group(f"refill{refill_round}/{i}", rewards)
+        return EpisodeStats()
 
     monkeypatch.setattr(dynamic_sampling, "rollouts", rollouts)
     monkeypatch.setattr(dynamic_sampling, "replay_tasks", lambda ctx, d_train, epoch, count, seed: [None] * count)
@@ -44,14 +59,15 @@ def _context(**overrides):
 
 def test_uninformative_groups_are_replaced_up_to_the_epochs_group_count(monkeypatch):
     ctx, agent = _context()
-    groups = [_group("a", [1, 0]), _group("b", [0, 0]), _group("c", [1, 1]), _group("d", [0, 1])]
+    records = _records([_group("a", [1, 0]), _group("b", [0, 0]), _group("c", [1, 1]), _group("d", [0, 1])])
     asked = _fake(monkeypatch, [[[1, 1], [0, 1]], [[1, 0], [1, 0], [0, 0]]])
-    kept, refills, m = dynamic_sampling.training_groups(ctx, agent, None, None, groups, None, 0, None)
+    refills = dynamic_sampling.choose_training_groups(ctx, agent, None, None, records, None, 0)
+    kept, m = _trained(records + refills.records), refills.metrics
     # Round 1 asks for the 2 missing groups and gets 1 informative one; round 2 asks for 1 more and
     # gets 2 (the first is kept: the update never trains on more groups than the epoch rolled out).
     assert asked == [(1, 2), (2, 1)]
-    assert [g.task.task_id for g in kept] == ["a", "d", "refill1/1", "refill2/0"]
-    assert len(refills) == 5
+    assert kept == ["a", "d", "refill1/1", "refill2/0"]
+    assert len(refills.records) == 5 and all(r.origin == epoch_tasks.REFILL for r in refills.records)
     assert m["dynamic_sampling/rounds"] == 2 and m["dynamic_sampling/trained_groups"] == 4
     assert m["dynamic_sampling/dropped_groups"] == 2 + 1 + 1  # b, c; refill1/0; refill2/2
     assert m["dynamic_sampling/shortfall_groups"] == 0
@@ -61,8 +77,9 @@ def test_uninformative_groups_are_replaced_up_to_the_epochs_group_count(monkeypa
 def test_the_round_cap_leaves_a_counted_shortfall(monkeypatch):
     ctx, agent = _context(**{"dynamic_sampling.max_rounds": 1})
     asked = _fake(monkeypatch, [[[0, 0], [1, 1]]])
-    kept, _, m = dynamic_sampling.training_groups(ctx, agent, None, None, [_group("a", [0, 0]), _group("b", [0, 0])],
-                                                  None, 0, None)
+    records = _records([_group("a", [0, 0]), _group("b", [0, 0])])
+    refills = dynamic_sampling.choose_training_groups(ctx, agent, None, None, records, None, 0)
+    kept, m = _trained(records + refills.records), refills.metrics
     assert asked == [(1, 2)] and kept == []
     assert m["dynamic_sampling/shortfall_groups"] == 2 and m["dynamic_sampling/refill_success_rate"] == 0.5
 
@@ -81,8 +98,10 @@ def test_the_advantage_filter_keeps_equal_rewards_with_step_credit(monkeypatch):
 
 def test_off_by_default_every_group_trains(monkeypatch):
     ctx = types.SimpleNamespace(config=toy_config())
-    groups = [_group("a", [0, 0])]
-    assert dynamic_sampling.training_groups(ctx, None, None, None, groups, None, 0, None) == (groups, [], {})
+    records = _records([_group("a", [0, 0])])
+    assert dynamic_sampling.choose_training_groups(ctx, None, None, None, records, None, 0) == \
+        dynamic_sampling.Refills()
+    assert _trained(records) == ["a"]
 
 
 @pytest.mark.slow

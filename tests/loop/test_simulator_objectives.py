@@ -9,11 +9,13 @@ import pytest
 
 from genenv_jax import rl
 from genenv_jax.domains.base import Rejection, Task
+from genenv_jax.loop import epoch_tasks
+from genenv_jax.loop.epoch_tasks import EpochTask
 from genenv_jax.loop.simulator_grpo import generation_rewards, group_rows
 from genenv_jax.loop.tasks import Generation
 from genenv_jax.models import forward, init_params, preset
 from genenv_jax.rl.batches import PolicyState, TrainRow, step_trainer, train_steps
-from genenv_jax.rl.curriculum import CurriculumConfig, env_reward
+from genenv_jax.rl.curriculum import CurriculumConfig, TaskScore, env_reward
 from tests.support.loop_configs import toy_config
 
 
@@ -28,10 +30,17 @@ def _generation(group: int, task_id: str | None, tokens=(5, 6), logprobs=(-0.5, 
     return Generation(seed, "similar", [1, 2], list(tokens), np.asarray(logprobs, np.float32), "", result, group)
 
 
+def _records(gens, r_env):
+    """The epoch's records of `gens`, scored where `r_env` has the task (as `epoch_tasks.score_generated` sets them)."""
+    return [EpochTask(epoch_tasks.GENERATED if g.task else epoch_tasks.REJECTED, g.task, g,
+                      score=TaskScore(g.task.task_id, "seed", 1, 0.5, 0.0, 0.5, r_env[g.task.task_id], True)
+                      if g.task and g.task.task_id in r_env else None) for g in gens]
+
+
 def test_rewards_are_r_env_invalid_reward_or_left_out():
     gens = [_generation(0, "a"), _generation(0, None), _generation(0, "unscored"), _generation(1, "b"),
             _generation(1, "c", tokens=())]
-    groups = generation_rewards(gens, {"a": 0.8, "b": 0.5, "c": 0.9}, invalid_reward=-0.25)
+    groups = generation_rewards(_records(gens, {"a": 0.8, "b": 0.5, "c": 0.9}), invalid_reward=-0.25)
     assert {g: [(m.task.task_id if m.task else None, r) for m, r in members] for g, members in groups.items()} == {
         0: [("a", 0.8), (None, -0.25)],  # the valid task that was not rolled out has no reward: left out
         1: [("b", 0.5)]}  # an empty generation trains nothing: left out
@@ -104,7 +113,7 @@ def _train(objective: str, steps: int = 40):
                 scores[task_id] = SOLVED[level]
         rewards = {t: float(env_reward(p, CURRICULUM.alpha, CURRICULUM.beta)) for t, p in scores.items()}
         if objective == "grpo":
-            rows = [row for members in generation_rewards(gens, rewards, 0.0).values() for row in group_rows(members, loss)]
+            rows = [row for members in generation_rewards(_records(gens, rewards), 0.0).values() for row in group_rows(members, loss)]
             key_name = "advantages"
         else:  # RWR on the in-band tasks, each weighted by its R_env
             rows = [TrainRow(g.prompt, g.tokens, rewards[g.task.task_id]) for g in gens

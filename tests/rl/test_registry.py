@@ -15,7 +15,7 @@ from genenv_jax.domains.base import Task
 from genenv_jax.episodes import Episode
 from genenv_jax.loop import learning
 from genenv_jax.loop.credit import group_credits
-from genenv_jax.loop.rollouts import RolloutGroup
+from genenv_jax.loop.epoch_tasks import RolloutGroup
 from genenv_jax.rl.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, Credits, Registry
 from tests.support.loop_configs import toy_config
 
@@ -109,7 +109,7 @@ def test_the_simulators_update_follows_the_registered_losss_grouping(copied_loss
         monkeypatch.setattr(learning, name, lambda *args, name=name: called.append(name) or (None, {}))
     ctx = types.SimpleNamespace(config=types.SimpleNamespace(
         simulator_objective=types.SimpleNamespace(objective=objective)))
-    learning.update_simulator(ctx, None, None, [], {}, {}, 0)
+    learning.update_simulator(ctx, None, None, [], 0)
     assert called == [pipeline]
 
 

@@ -10,7 +10,7 @@ from genenv_jax.core.config_checks import ConfigError
 from genenv_jax.domains.base import Task
 from genenv_jax.episodes import Episode
 from genenv_jax.loop.credit import group_credits
-from genenv_jax.loop.rollouts import RolloutGroup
+from genenv_jax.loop.epoch_tasks import RolloutGroup
 from genenv_jax.rl import curriculum
 from genenv_jax.rl.advantages import discounted_returns, gigpo_step_advantages, overlong_penalty
 from genenv_jax.rl.batches import TrainRow, train_steps

@@ -18,7 +18,9 @@ from genenv_jax.configs import study as study_configs
 from genenv_jax.domains import Rejection, get_domain
 from genenv_jax.loop.context import LoopContext
 from genenv_jax.loop.heldout import heldout_tasks
-from genenv_jax.loop.tasks import Generation, agent_tasks
+from genenv_jax.loop import epoch_tasks
+from genenv_jax.loop.epoch_tasks import agent_tasks
+from genenv_jax.loop.tasks import Generation
 from genenv_jax.rl.batches import TrainRow
 from genenv_jax.loop.warmstart_cache import warmstart_key
 from genenv_jax.workdir.metrics import read_metrics
@@ -50,19 +52,23 @@ def _generations(ctx: LoopContext, valid: int, invalid: int) -> list[Generation]
 
 
 def test_new_tasks_per_epoch_gives_every_mode_the_same_number_of_tasks():
+    def origins(records, origin):
+        return [r.task for r in records if r.origin == origin]
+
     ctx = _context(new_tasks_per_epoch=5)
-    counters = collections.Counter()
-    new, top_ups = agent_tasks(ctx, _generations(ctx, valid=8, invalid=2), epoch=0, counters=counters)
-    assert len(new) == 5 and top_ups == [] and counters["new_tasks_unused"] == 3
-    counters = collections.Counter()
-    new, top_ups = agent_tasks(ctx, _generations(ctx, valid=2, invalid=6), epoch=3, counters=counters)
-    assert len(new) == 2 and len(top_ups) == 3 and counters["topped_up_tasks"] == 3
+    records, counts = agent_tasks(ctx, _generations(ctx, valid=8, invalid=2), epoch=0)
+    new, top_ups = origins(records, epoch_tasks.GENERATED), origins(records, epoch_tasks.TOP_UP)
+    assert len(new) == 5 and top_ups == [] and counts["new_tasks_unused"] == 3
+    assert len(origins(records, epoch_tasks.UNUSED)) == 3 and len(origins(records, epoch_tasks.REJECTED)) == 2
+    records, counts = agent_tasks(ctx, _generations(ctx, valid=2, invalid=6), epoch=3)
+    new, top_ups = origins(records, epoch_tasks.GENERATED), origins(records, epoch_tasks.TOP_UP)
+    assert len(new) == 2 and len(top_ups) == 3 and counts["topped_up_tasks"] == 3
     assert all(t in ctx.train_seeds for t in top_ups)
-    _, again = agent_tasks(ctx, _generations(ctx, valid=2, invalid=6), epoch=3, counters=collections.Counter())
-    assert [t.task_id for t in again] == [t.task_id for t in top_ups]  # (seed, epoch) decide the draw
+    again, _ = agent_tasks(ctx, _generations(ctx, valid=2, invalid=6), epoch=3)
+    assert [t.task_id for t in origins(again, epoch_tasks.TOP_UP)] == [t.task_id for t in top_ups]  # (seed, epoch) decide the draw
     off = _context(new_tasks_per_epoch=0)
-    new, top_ups = agent_tasks(off, _generations(off, valid=8, invalid=2), 0, collections.Counter())
-    assert len(new) == 8 and top_ups == []
+    records, _ = agent_tasks(off, _generations(off, valid=8, invalid=2), 0)
+    assert len(origins(records, epoch_tasks.GENERATED)) == 8 and origins(records, epoch_tasks.TOP_UP) == []
 
 
 def test_heldout_tasks_are_a_split_the_loop_does_not_train_on():

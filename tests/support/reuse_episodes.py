@@ -3,7 +3,6 @@ the tests that check the transcripts are token-identical (BFCL multi-turn, ALFWo
 
 from __future__ import annotations
 
-import collections
 
 import jax
 
@@ -32,8 +31,7 @@ def run_both(domain, tasks, text, *, rollouts=2, temperature=0.0, caps=CAPS):
                                    seed=turn, stop_tokens=text.stop_ids, slots=8, retain=True)
             return out.closed(text.end_id)
 
-        groups, stats = run_episodes(tasks, rollouts, LocalEnvironments(domain), text, caps, sample,
-                                     collections.Counter())
+        groups, stats = run_episodes(tasks, rollouts, LocalEnvironments(domain), text, caps, sample)
         runs[name] = ([ep for g in groups for ep in g], stats)
     return runs
 

@@ -42,7 +42,7 @@ DEFAULT_ONLY = {
                                              "overlong_penalty(factor=...)`; the simulator writes one-turn tasks",
     "simulator.train.grpo.adv_eps": "the same GRPOConfig field as agent.train.loss.adv_eps, which tests set",
     "simulator.train.grpo.std_ddof": "the same GRPOConfig field as agent.train.loss.std_ddof, which tests set",
-    "simulator.train.invalid_reward": "tested as `loop.simulator_update.generation_rewards(invalid_reward=...)`; "
+    "simulator.train.invalid_reward": "tested as `loop.simulator_grpo.generation_rewards(invalid_reward=...)`; "
                                       "the loop tests keep 0.0",
 }
 

@@ -209,8 +209,9 @@ def test_metrics_plots_and_samples_on_gcs(run_url, caplog):
     gens = [SimpleNamespace(seed=SimpleNamespace(task_id="s1"), difficulty=1, text="gen", task=task),
             SimpleNamespace(seed=SimpleNamespace(task_id="s2"), difficulty=2, text="bad", task=None,
                             result=SimpleNamespace(reason="no_json", detail="d"))]
-    groups = [SimpleNamespace(task=task, rewards=[1.0, 0.0])]
-    records.write_samples(storage.as_path(run_url) / "samples", 3, gens, groups, count=5)
+    tasks = [SimpleNamespace(generation=gens[0], rollouts=SimpleNamespace(task=task, rewards=[1.0, 0.0])),
+             SimpleNamespace(generation=gens[1], rollouts=None)]
+    records.write_samples(storage.as_path(run_url) / "samples", 3, tasks, count=5)
     rows = [json.loads(line) for line in storage.read_bytes(f"{run_url}/samples/epoch_0003.jsonl").splitlines()]
     assert rows[0]["agent_rewards"] == [1.0, 0.0] and rows[1]["rejection"] == "no_json"
 
