@@ -136,10 +136,9 @@ def test_the_loop_counts_recorded_flags():
     domain = BFCLDomain(categories=("simple_python",), grounding="record")
     texts = [_generation("A triangle with base 8 and height 3", 9), _generation("base 9, height 3", 9), "no task"]
     ctx = LoopContext(config, domain, _ScriptedText(texts), domain.seeds("train"))
-    counters = collections.Counter()
-    gens = TaskGenerator(ctx, _ScriptedSimulator()).generate([ctx.train_seeds[0]] * 3, None, {}, 0, counters)
+    gens, counts = TaskGenerator(ctx, _ScriptedSimulator()).generate([ctx.train_seeds[0]] * 3, None, {}, 0)
     assert [type(g.result).__name__ for g in gens] == ["Task", "Task", "Rejection"]
-    assert counters == {"flagged/ungrounded_answer": 1, "rejected/no_json": 1}
+    assert counts == {"flagged/ungrounded_answer": 1, "rejected/no_json": 1}
 
 
 def test_what_the_rule_costs_on_the_human_written_data():
