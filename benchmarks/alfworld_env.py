@@ -18,6 +18,7 @@ import time
 
 from genenv_jax.domains.alfworld import ALFWorldDomain
 from genenv_jax.domains.alfworld.episode import parse_action
+from genenv_jax.domains.requests import Close, Reset, Step
 from genenv_jax.episodes.environments import LocalEnvironments, WorkerEnvironments
 
 REF = "genenv_jax.domains.alfworld:ALFWorldDomain"
@@ -26,7 +27,7 @@ REF = "genenv_jax.domains.alfworld:ALFWorldDomain"
 def play(host, tasks, domain, agent: str, max_steps: int, rng: random.Random) -> dict[str, float]:
     """All episodes at once: one batch of resets, then one batch of steps per turn until all end."""
     start = time.perf_counter()
-    resets = host.call([("reset", i, t.to_json()) for i, t in enumerate(tasks)])
+    resets = host.call([Reset(i, t) for i, t in enumerate(tasks)])
     reset_s = time.perf_counter() - start
     plans = {i: list(domain.reference_turns(t)) for i, t in enumerate(tasks)}
     commands = {i: _available(r.messages[-1]["content"]) for i, r in enumerate(resets)}
@@ -37,7 +38,7 @@ def play(host, tasks, domain, agent: str, max_steps: int, rng: random.Random) ->
         order = sorted(live)
         texts = [plans[i][turn] if agent == "expert" else f"Action: {rng.choice(commands[i] or ['look'])}"
                  for i in order]
-        outcomes = host.call([("step", i, text) for i, text in zip(order, texts)])
+        outcomes = host.call([Step(i, text) for i, text in zip(order, texts)])
         steps += len(order)
         for i, outcome in zip(order, outcomes):
             if outcome.done:
@@ -45,7 +46,7 @@ def play(host, tasks, domain, agent: str, max_steps: int, rng: random.Random) ->
                 won += int(outcome.info.get("won", False))
             else:
                 commands[i] = _available(outcome.observation[-1]["content"])
-    host.call([("close", i, None) for i in range(len(tasks))])
+    host.call([Close(i) for i in range(len(tasks))])
     wall = time.perf_counter() - start
     return {"episodes": len(tasks), "steps": steps, "won": won, "reset_s": reset_s, "wall_s": wall}
 
@@ -79,7 +80,7 @@ def main() -> None:
             host = LocalEnvironments(domain) if workers == 0 else WorkerEnvironments(REF, options, workers)
             try:
                 if workers:
-                    host.call([("close", i, None) for i in range(workers)])  # start the processes
+                    host.call([Close(i) for i in range(workers)])  # start the processes
                 r = play(host, tasks, domain, agent, args.max_steps, random.Random(0))
             finally:
                 host.close()

@@ -18,6 +18,7 @@ import dataclasses
 from typing import Any, Sequence
 
 from genenv_jax.domains.base import ScoreResult, StepOutcome, Task
+from genenv_jax.domains.requests import Close, Request, Reset, Score, Step, own_copy
 from genenv_jax.dreamgym.predictor import Predictor, Query
 from genenv_jax.domains.experience import Move, SyntheticAdapter, SyntheticEpisode, Transition
 
@@ -52,25 +53,26 @@ class SyntheticEnvironments:
         out, self.transitions = self.transitions, []
         return out
 
-    def call(self, requests: Sequence[tuple[str, int, Any]]) -> list[Any]:
+    def call(self, requests: Sequence[Request]) -> list[Any]:
         answers: list[Any] = [None] * len(requests)
         steps = []
-        for i, (op, episode, payload) in enumerate(requests):
-            if op == "reset":
-                task = Task.from_json(payload)
-                domain_episode = self.adapter.start(task)
-                self._episodes[episode] = _Episode(task, domain_episode, domain_episode.state)
-                answers[i] = domain_episode.first
-            elif op == "step":
-                steps.append(i)
-            elif op == "score":
-                answers[i] = self._score(self._episodes[episode])
-            elif op == "close":
-                self._episodes.pop(episode, None)
-            else:
-                raise ValueError(f"unknown environment request {op!r}")
+        for i, request in enumerate(requests):
+            match request:
+                case Reset(episode, task):
+                    task = own_copy(task)
+                    domain_episode = self.adapter.start(task)
+                    self._episodes[episode] = _Episode(task, domain_episode, domain_episode.state)
+                    answers[i] = domain_episode.first
+                case Step():
+                    steps.append(i)
+                case Score(episode):
+                    answers[i] = self._score(self._episodes[episode])
+                case Close(episode):
+                    self._episodes.pop(episode, None)
+                case _:
+                    raise TypeError(f"not an environment request: {request!r}")
         if steps:
-            outcomes = self._step([(requests[i][1], requests[i][2]) for i in steps])
+            outcomes = self._step([(requests[i].episode, requests[i].text) for i in steps])
             for i, outcome in zip(steps, outcomes):
                 answers[i] = outcome
         return answers

@@ -1,6 +1,6 @@
 """Where episodes' environments live: in this process, or in worker processes so that CPU-bound
-environments step in parallel. Both hosts answer batches of reset / step / score requests for
-episode ids; a failure (an exception in the environment, a request past its time limit, a worker
+environments step in parallel. Both hosts answer batches of requests (`domains.requests`: Reset,
+Step, Score, Close, each for an episode id); a failure (an exception in the environment, a request past its time limit, a worker
 that died or was killed) comes back as an `EnvFailure` for that episode only. Every request runs
 under the host's `EnvLimits` (limits.py). On a multi-host run process 0 holds them and broadcasts."""
 
@@ -14,12 +14,12 @@ import traceback
 from typing import Any, Mapping, Sequence
 
 from genenv_jax.domains import build_domain
-from genenv_jax.domains.base import Domain, Environment, Task
+from genenv_jax.domains.base import Domain, Environment
+from genenv_jax.domains.requests import Close, Request, Reset, Score, Step, own_copy
 from genenv_jax.episodes.limits import (KILL_GRACE_S, EnvLimits, EnvTimeout, bound_answer, cap_address_space,
                                         time_limit)
 from genenv_jax.parallel.processes import broadcast_object, is_multiprocess, is_writer
 
-Request = tuple[str, int, Any]  # (op: "reset" | "step" | "score" | "close", episode id, payload)
 ENV_TIMEOUT = "env_timeout"    # a request ran past its limit (the episode ends; see docs/episodes.md)
 ENV_MEMORY = "env_memory"      # the environment ran out of its worker's memory cap
 WORKER_DIED = "worker_died"    # the worker process holding the episode's environment died or was killed
@@ -35,28 +35,29 @@ class EnvFailure:
     detail: str = ""
 
 
-def _run(domain: Domain, envs: dict[int, Environment], op: str, episode: int, payload: Any) -> Any:
-    if op == "reset":
-        envs[episode] = domain.environment(Task.from_json(payload))
-        return envs[episode].reset()
-    if op == "step":
-        return envs[episode].step(payload)
-    if op == "score":
-        return envs[episode].score(payload)
-    if op == "close":
-        envs.pop(episode, None)
-        return None
-    raise ValueError(f"unknown environment request {op!r}")
+def _run(domain: Domain, envs: dict[int, Environment], request: Request) -> Any:
+    match request:
+        case Reset(episode, task):
+            envs[episode] = domain.environment(own_copy(task))
+            return envs[episode].reset()
+        case Step(episode, text):
+            return envs[episode].step(text)
+        case Score(episode, transcript):
+            return envs[episode].score(transcript)
+        case Close(episode):
+            envs.pop(episode, None)
+            return None
+    raise TypeError(f"not an environment request: {request!r}")
 
 
-def _answer(domain: Domain, envs: dict[int, Environment], op: str, episode: int, payload: Any,
-            limits: EnvLimits) -> Any:
+def _answer(domain: Domain, envs: dict[int, Environment], request: Request, limits: EnvLimits) -> Any:
     """One request's answer within `limits`; any failure ends only that episode (its environment is
     dropped)."""
+    op, episode = request.op, request.episode
     seconds = limits.seconds(op)
     try:
         with time_limit(seconds):
-            return bound_answer(_run(domain, envs, op, episode, payload), limits.max_observation_chars)
+            return bound_answer(_run(domain, envs, request), limits.max_observation_chars)
     except EnvTimeout:
         envs.pop(episode, None)
         return EnvFailure(ENV_TIMEOUT, f"{op} ran past its limit of {seconds:g} s")
@@ -82,7 +83,7 @@ class LocalEnvironments:
         if not self._prepared:  # once, before the first request and outside its limit
             self.domain.prepare_environments()
             self._prepared = True
-        return [_answer(self.domain, self._envs, op, ep, payload, self.limits) for op, ep, payload in requests]
+        return [_answer(self.domain, self._envs, request, self.limits) for request in requests]
 
     def close(self) -> None:
         self._envs.clear()
@@ -103,8 +104,8 @@ def _worker_main(conn, domain_ref: str, options: Mapping[str, Any], limits: EnvL
             return
         if requests is None:
             return
-        for op, ep, payload in requests:
-            conn.send(_answer(domain, envs, op, ep, payload, limits))
+        for request in requests:
+            conn.send(_answer(domain, envs, request, limits))
 
 
 @dataclasses.dataclass
@@ -150,22 +151,22 @@ class WorkerEnvironments:
     def call(self, requests: Sequence[Request]) -> list[Any]:
         n = len(self._workers)
         by_worker: dict[int, list[int]] = {}
-        for i, (op, ep, _) in enumerate(requests):
-            by_worker.setdefault(ep % n, []).append(i)
+        for i, request in enumerate(requests):
+            by_worker.setdefault(request.episode % n, []).append(i)
         answers: list[Any] = [None] * len(requests)
         pending: list[_Pending] = []
         for w, indices in by_worker.items():
             live = []
             for i in indices:
-                op, ep, _ = requests[i]
-                if ep in self._dead_episodes and op != "reset":
+                request, ep = requests[i], requests[i].episode
+                if ep in self._dead_episodes and not isinstance(request, Reset):
                     answers[i] = EnvFailure(WORKER_DIED, "the episode's environment worker died earlier")
                 else:
                     self._dead_episodes.discard(ep)
                     live.append(i)
-                    if op == "reset":
+                    if isinstance(request, Reset):
                         self._held[w].add(ep)
-                    elif op == "close":
+                    elif isinstance(request, Close):
                         self._held[w].discard(ep)
             if not live:
                 continue
@@ -181,8 +182,7 @@ class WorkerEnvironments:
     def _deadline(self, requests: Sequence[Request], job: _Pending) -> float:
         if not self._ready[job.worker]:
             return job.since + STARTUP_TIMEOUT_S
-        op = requests[job.indices[job.answered]][0]
-        seconds = self.limits.seconds(op)
+        seconds = self.limits.seconds(requests[job.indices[job.answered]].op)
         return job.since + seconds + KILL_GRACE_S if seconds > 0 else float("inf")
 
     def _collect(self, requests: Sequence[Request], pending: list[_Pending], answers: list[Any]) -> None:
@@ -219,7 +219,8 @@ class WorkerEnvironments:
             proc.kill()
             self._fail_worker(job.worker, job.indices, answers, f"no worker ready within {STARTUP_TIMEOUT_S:g} s")
             return
-        op, ep, _ = requests[job.indices[job.answered]]
+        request = requests[job.indices[job.answered]]
+        op, ep = request.op, request.episode
         proc, _ = self._workers[job.worker]
         proc.kill()
         self.killed += 1

@@ -22,6 +22,7 @@ from genenv_jax.text import tokenization
 from genenv_jax.text.chat_text import ChatText
 from genenv_jax.domains.base import Message, ScoreResult, StepOutcome, Task, last_assistant_text
 from genenv_jax.episodes.environments import EnvFailure
+from genenv_jax.domains.requests import Close, Reset, Score, Step
 from genenv_jax.sampling import FINISH_STOP, PrefillCounts, SampleOutput
 
 # sample(prompts, turn) -> one SampleOutput row per prompt, in order
@@ -142,7 +143,7 @@ def run_episodes(tasks: Sequence[Task], n: int, envs, text: ChatText, caps: Epis
     stats = EpisodeStats()
     ids = [(t, k) for t in range(len(tasks)) for k in range(n)]
     t0 = time.perf_counter()
-    first = envs.call([("reset", i, tasks[t].to_json()) for i, (t, _) in enumerate(ids)])
+    first = envs.call([Reset(i, tasks[t]) for i, (t, _) in enumerate(ids)])
     stats.env_s += time.perf_counter() - t0
     groups: list[list[Episode]] = []
     for t, task in enumerate(tasks):
@@ -151,7 +152,7 @@ def run_episodes(tasks: Sequence[Task], n: int, envs, text: ChatText, caps: Epis
         prompt = None if failure else text.prompt(answers[0])
         if failure is not None or len(prompt) > caps.max_prompt_len:
             stats.counts[f"reset_failed/{failure.reason}" if failure else "agent_prompt_too_long"] += 1
-            envs.call([("close", t * n + k, None) for k in range(n)])
+            envs.call([Close(t * n + k) for k in range(n)])
             continue
         groups.append([Episode(task, t * n + k, list(prompt), [dict(m) for m in answers[k].messages],
                                states=[state_key(answers[k].messages)]) for k in range(n)])
@@ -173,7 +174,7 @@ def run_episodes(tasks: Sequence[Task], n: int, envs, text: ChatText, caps: Epis
             ep.transcript.append({"role": "assistant", "content": agent_text})
             ep.turns.append({"agent_tokens": len(toks), "finish": finish, "calls_ok": _calls_ok(agent_text)})
         t0 = time.perf_counter()
-        outcomes = envs.call([("step", ep.episode_id, agent_text) for ep, agent_text in zip(live, texts)])
+        outcomes = envs.call([Step(ep.episode_id, agent_text) for ep, agent_text in zip(live, texts)])
         stats.env_s += time.perf_counter() - t0
         stats.env_steps += len(live)
         before = len(live)
@@ -220,8 +221,8 @@ def _score(groups: Sequence[Sequence[Episode]], envs, stats: EpisodeStats) -> No
     """R_agent of every episode from its environment; a failed score is reward 0, counted."""
     episodes = [ep for group in groups for ep in group]
     t0 = time.perf_counter()
-    results = envs.call([("score", ep.episode_id, ep.transcript) for ep in episodes])
-    envs.call([("close", ep.episode_id, None) for ep in episodes])
+    results = envs.call([Score(ep.episode_id, ep.transcript) for ep in episodes])
+    envs.call([Close(ep.episode_id) for ep in episodes])
     stats.env_s += time.perf_counter() - t0
     for ep, result in zip(episodes, results):
         if isinstance(result, ScoreResult):

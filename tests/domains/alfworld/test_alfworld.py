@@ -39,6 +39,7 @@ from genenv_jax.domains.alfworld.scenes import load_scene, mangle  # noqa: E402
 from genenv_jax.domains.base import Rejection, Task  # noqa: E402
 from genenv_jax.domains.generation import extract_json_object  # noqa: E402
 from genenv_jax.episodes.environments import LocalEnvironments, WorkerEnvironments  # noqa: E402
+from genenv_jax.domains.requests import Close, Reset, Score, Step  # noqa: E402
 from tests.support import TESTS  # noqa: E402
 
 GAMES = {"train": 6, "validation": 6, "test": 6}  # task types cycle by index: each split has all six
@@ -566,11 +567,11 @@ def test_environments_in_worker_processes_match_in_process(domain, options, seed
     answers = {}
     try:
         for name, host in hosts.items():
-            got = [host.call([("reset", ep, t.to_json()) for ep, t in enumerate(games)])]
+            got = [host.call([Reset(ep, t) for ep, t in enumerate(games)])]
             for step in range(max(len(t) for t in turns)):
-                got.append(host.call([("step", ep, t[step]) for ep, t in enumerate(turns) if step < len(t)]))
-            got.append(host.call([("score", ep, []) for ep in range(len(games))]))
-            host.call([("close", ep, None) for ep in range(len(games))])
+                got.append(host.call([Step(ep, t[step]) for ep, t in enumerate(turns) if step < len(t)]))
+            got.append(host.call([Score(ep, []) for ep in range(len(games))]))
+            host.call([Close(ep) for ep in range(len(games))])
             answers[name] = got
     finally:
         for host in hosts.values():
