@@ -30,7 +30,7 @@ from genenv_jax.dreamgym.domains import domain_support
 from genenv_jax.episodes import open_environments
 from genenv_jax.loop import dynamic_sampling, epoch_tasks, learning, records, shared_pools
 from genenv_jax.loop.context import LoopContext, training_seeds
-from genenv_jax.loop.experience import ExperienceWorld, default_cache_dir
+from genenv_jax.loop.experience import ExperienceWorld, RealWorld, default_cache_dir
 from genenv_jax.loop.heldout import HeldOut
 from genenv_jax.loop.mode import Mode
 from genenv_jax.loop.persistence import check_config_change, load_state, save_state
@@ -71,18 +71,19 @@ class CoEvolution:
         self.agent, self.simulator = self.weights.agent, self.weights.simulator
         self.environments = open_environments(domain, DOMAINS[config.domain.name], config.domain.options,
                                               config.episodes.env_workers, config.episodes.limits())
-        self.world = None  # mode=dreamgym with synthetic epochs: the experience model's side
-        world = self.mode.synthetic_epochs
+        world = self.mode.synthetic_epochs  # mode=dreamgym with synthetic epochs: the experience model's side
         self.pools = shared_pools.open_pools(self.workdir / "pools", POOLS + ((REPLAY_POOL,) if world else ()))
         generator = TaskGenerator(self.ctx, self.simulator)
         self.task_source: TaskSource = {
             "static": lambda: StaticTasks(self.ctx, generator, self.pools["static_tasks"]),
             "curriculum": lambda: CurriculumTasks(self.ctx, generator),
             "generated": lambda: GeneratedTasks(self.ctx, generator)}[self.mode.task_source]()
+        # Where episodes run, the epoch's one DreamGym hook: the experience model's world, or the real one.
+        self.world: RealWorld | ExperienceWorld = RealWorld(self.environments, self.mode.needs_dreamgym)
         if world:
             experience = self.weights.build(config.experience, config.experience.optimizer.learning_rate)  # SFT only
             self.world = ExperienceWorld(self.ctx, experience, self.pools[REPLAY_POOL],
-                                         default_cache_dir(config.warmstart.cache_dir, self.workdir))
+                                         default_cache_dir(config.warmstart.cache_dir, self.workdir), self.environments)
         self.heldout = HeldOut(self.ctx, self.agent, self.environments, self.workdir / HELDOUT_DIR)
         self.checkpointer = Checkpointer(self.workdir / "checkpoints", max_to_keep=config.checkpoint.keep)
         self.world_metrics: dict[str, float] = {}  # the experience model's set-up (`ExperienceWorld.start`)
@@ -104,8 +105,7 @@ class CoEvolution:
         check_config_change(self.checkpointer, self.config)
         state = load_state(self.checkpointer, self.weights.restore_targets(), shared_pools.writable(self.pools))
         shared_pools.sync(self.pools, "resume")
-        if self.world is not None:  # the replay pool is resumed: open the buffer, fit or reload the model
-            self.world_metrics |= self.world.start()
+        self.world_metrics |= self.world.start()  # the replay pool is resumed: DreamGym opens its buffer, fits or reloads
         if state is None:
             if is_writer():
                 (self.workdir / "metrics.jsonl").unlink(missing_ok=True)  # rows of a run that never checkpointed
@@ -131,15 +131,12 @@ class CoEvolution:
 
         # 4-5. n agent rollouts per task (new + replayed) and their rewards R_agent.
         tasks += epoch_tasks.replayed(epoch_tasks.REPLAY, replay_tasks(ctx, self.pools["d_train"], epoch))
-        synthetic = self.world is not None and c.dreamgym.synthetic(epoch)  # DreamGym: the experience model answers
-        envs = self.world.episodes_environments(epoch) if synthetic else self.environments
+        envs = self.world.episodes_environments(epoch)  # DreamGym's synthetic epochs: the experience model answers
         # One sampler copy of the agent (LoRA: one merge) for the rollouts and refills, not held through the updates.
         with Placement(self.agent, state.agent) as agent_weights:
             episode_stats = rollouts(ctx, self.agent, agent_weights, envs, [t for t in tasks if t.rolls_out], epoch)
             groups = epoch_tasks.rolled_out(tasks)
-            world_metrics = {} if self.world is None else self.world.observe(synthetic, groups)
-            if self.mode.needs_dreamgym:
-                world_metrics["dreamgym/synthetic_epoch"] = float(synthetic)
+            world_metrics = self.world.observe(epoch, groups)
             # DAPO's dynamic sampling (when enabled): marks the groups GRPO trains on, refilled past uninformative ones.
             refills = dynamic_sampling.choose_training_groups(ctx, self.agent, agent_weights, envs, tasks,
                                                               self.pools["d_train"], epoch)
@@ -168,8 +165,7 @@ class CoEvolution:
         compiled_end = compile_totals()
 
         # 9. Pools (committed before the checkpoint; resume rolls them back if the checkpoint is missing).
-        if self.world is not None:
-            self.world.commit(epoch)  # the replay pool's shard (synced with the others just below)
+        self.world.commit(epoch)  # DreamGym: the replay pool's shard (synced with the others just below)
         reward_lambda = getattr(c.simulator.train.loss, "reward_lambda", None)  # RWR's, when it trains the simulator
         shared_pools.append_epoch(self.pools, epoch, {
             "d_train": records.d_train_records(tasks + refills.records),

@@ -68,11 +68,34 @@ def _as_digested(section: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return tree
 
 
-class ExperienceWorld:
-    """The experience model, its replay buffer and synthetic environments for one run."""
+class RealWorld:
+    """Where an epoch's episodes run, the loop's one DreamGym hook, for runs without synthetic
+    epochs: always the domain's own environments, nothing to start, observe or commit (in dreamgym
+    mode the row still says `dreamgym/synthetic_epoch` 0). `ExperienceWorld` is the other one."""
 
-    def __init__(self, ctx: LoopContext, policy: Policy, pool: Pool, cache_dir: str):
-        self.ctx, self.policy, self.pool, self.cache_dir = ctx, policy, pool, cache_dir
+    def __init__(self, environments, reports_synthetic: bool):
+        self.real, self.reports_synthetic = environments, reports_synthetic
+
+    def start(self) -> dict[str, float]:
+        return {}
+
+    def episodes_environments(self, epoch: int):
+        return self.real
+
+    def observe(self, epoch: int, groups: Sequence[Any] = ()) -> dict[str, float]:
+        return {"dreamgym/synthetic_epoch": 0.0} if self.reports_synthetic else {}
+
+    def commit(self, epoch: int) -> None:
+        pass
+
+
+class ExperienceWorld:
+    """The experience model, its replay buffer and synthetic environments for one run (mode=dreamgym
+    with synthetic epochs): the loop's DreamGym hook (`RealWorld`'s interface). `real`: the
+    domain's own environments, for the epochs that are not synthetic."""
+
+    def __init__(self, ctx: LoopContext, policy: Policy, pool: Pool, cache_dir: str, real):
+        self.ctx, self.policy, self.pool, self.cache_dir, self.real = ctx, policy, pool, cache_dir, real
         self.settings = ctx.config.dreamgym
         self.support = domain_support(ctx.domain)
         self.prompt_settings = PromptSettings(max_history=self.settings.max_history, reasoning=self.settings.reasoning,
@@ -140,17 +163,21 @@ class ExperienceWorld:
                                             stop_tokens=self.ctx.text.stop_ids, slots=s.batch_size)
 
     # ------------------------------------------------------------------ per epoch
-    def episodes_environments(self, epoch: int) -> SyntheticEnvironments:
-        """The synthetic environments, seeded for `epoch` (a resumed epoch samples as the original)."""
+    def episodes_environments(self, epoch: int):
+        """`epoch`'s environments: the synthetic ones, seeded for it (a resumed epoch samples as the
+        original), when `dreamgym.synthetic(epoch)`; else the real ones."""
+        if not self.settings.synthetic(epoch):
+            return self.real
         self.environments.seed(self.ctx.seed(epoch, STREAM_EXPERIENCE))
         self.environments.counts = {}
         return self.environments
 
-    def observe(self, synthetic: bool, groups: Sequence[Any] = ()) -> dict[str, float]:
+    def observe(self, epoch: int, groups: Sequence[Any] = ()) -> dict[str, float]:
         """After an epoch's episodes (`groups`: its RolloutGroups), with `grow_replay`: a synthetic
         epoch's predicted transitions join the buffer, or a real epoch's agent episodes, replayed on
         the real environment into real transitions (source "agent"). Returns the experience model's
         and the buffer's metrics."""
+        synthetic = self.settings.synthetic(epoch)
         out: dict[str, float] = {}
         if synthetic:
             new = self.environments.take_transitions()
@@ -164,7 +191,8 @@ class ExperienceWorld:
         if self.settings.grow_replay and new:
             self.buffer.add(new, self.embedder([transition_key_text(t) for t in new]))
         return out | {"replay/size": float(len(self.buffer))} | {
-            f"replay/{k}": float(v) for k, v in self.buffer.counts().items()}
+            f"replay/{k}": float(v) for k, v in self.buffer.counts().items()} | {
+            "dreamgym/synthetic_epoch": float(synthetic)}
 
     def _agent_transitions(self, groups: Sequence[Any]) -> tuple[list[Transition], int]:
         """The real transitions of a real epoch's episodes (the domain replays each transcript on
