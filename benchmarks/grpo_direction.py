@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                "command": "python " + " ".join(sys.argv), "seconds": time.time() - started,
                "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                "machine": f"{os.cpu_count()} CPUs, {jax.devices()[0].device_kind}"}
-    print(json.dumps({k: v for k, v in summary.items()}, indent=1))
+    print(json.dumps(summary, indent=1))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(summary | {"rows": agent.rows}, indent=1) + "\n")

@@ -10,6 +10,7 @@ import json
 import jax
 import pytest
 
+from genenv_jax.configs import base
 from genenv_jax.configs import bfcl as bfcl_configs
 from genenv_jax.configs.run_config import RunConfig
 from genenv_jax.evaluation.evaluate import evaluate_params
@@ -24,12 +25,7 @@ def _config(tmp_path, **overrides) -> RunConfig:
     c.warmstart.enabled = False
     c.evaluation.split, c.evaluation.max_per_category, c.evaluation.sample_seed = "test", 3, 0
     c.agent.sampling.max_new_tokens, c.agent.sampling.batch_size = 12, 4
-    for key, value in overrides.items():
-        node = c
-        *path, last = key.split(".")
-        for p in path:
-            node = node[p]
-        node[last] = value
+    base.apply(c, overrides)
     return RunConfig.from_config_dict(c, num_devices=jax.device_count())
 
 

@@ -9,6 +9,7 @@ import jax
 import numpy as np
 import pytest
 
+from genenv_jax.configs import base
 from genenv_jax.configs import bfcl as bfcl_configs
 from genenv_jax.configs.run_config import ConfigError, RunConfig
 from genenv_jax.domains.bfcl import BFCLDomain
@@ -18,12 +19,7 @@ from genenv_jax.loop.context import interleaved
 
 def _config(**overrides):
     c = bfcl_configs.get_config("tiny")
-    for key, value in overrides.items():
-        node = c
-        *path, last = key.split(".")
-        for p in path:
-            node = node[p]
-        node[last] = value
+    base.apply(c, overrides)
     return RunConfig.from_config_dict(c, num_devices=jax.device_count())
 
 

@@ -32,12 +32,7 @@ from tests.support import CONFIGS
 
 def _context(**overrides) -> LoopContext:
     c = study_configs.get_config().run
-    for key, value in overrides.items():
-        node = c
-        *path, last = key.split(".")
-        for p in path:
-            node = node[p]
-        node[last] = value
+    base.apply(c, overrides)
     config = RunConfig.from_config_dict(c, num_devices=jax.device_count())
     domain = get_domain("calc", **config.domain.options)
     return LoopContext(config, domain, None, domain.seeds("train"))
