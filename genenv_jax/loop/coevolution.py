@@ -169,7 +169,7 @@ class CoEvolution:
         reward_lambda = getattr(c.simulator.train.loss, "reward_lambda", None)  # RWR's, when it trains the simulator
         shared_pools.append_epoch(self.pools, epoch, {
             "d_train": records.d_train_records(tasks + refills.records),
-            "d_env": records.d_env_records(tasks, reward_lambda)})
+            "d_env": records.d_env_records(tasks, reward_lambda)} | self.task_source.pool_records())
         if is_writer():
             records.write_samples(self.workdir / "samples", epoch, tasks, c.log.samples_per_epoch)
         times = {"generate_s": t_gen - t0, "rollouts_s": t_roll - t_gen, "updates_s": t_upd - t_roll,

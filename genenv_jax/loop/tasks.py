@@ -15,7 +15,6 @@ from genenv_jax.loop.context import (STREAM_GENERATE, STREAM_REPLAY, STREAM_SEED
                                      LoopContext)
 from genenv_jax.loop.policy import Placement, Policy
 from genenv_jax.loop.state import SeedStats
-from genenv_jax.loop import shared_pools
 from genenv_jax.workdir.pool_mixing import mixed_batches
 from genenv_jax.workdir.pools import Pool
 
@@ -133,6 +132,11 @@ class TaskSource(Protocol):
     def tasks(self, epoch: int, simulator_weights: Placement,
               stats: dict[str, SeedStats]) -> tuple[list[Generation], Counts]: ...
 
+    def pool_records(self) -> dict[str, list[dict]]:
+        """Records the source made in this epoch's `tasks`, by pool name, for the epoch to commit
+        with its other pools (a source writes nothing itself, so a kill before the epoch's
+        checkpoint leaves nothing to roll back)."""
+
 
 class GeneratedTasks:
     """genenv / random modes: fresh variants of chosen seeds every epoch."""
@@ -147,23 +151,28 @@ class GeneratedTasks:
         seeds = [s for s in seeds for _ in range(c.variants_per_seed)]
         return self.generator.generate(seeds, simulator_weights, stats, epoch, groups)
 
+    def pool_records(self) -> dict[str, list[dict]]:
+        return {}
+
 
 class StaticTasks:
-    """static mode: all variants generated at the first epoch (kept in a pool), then drawn from."""
+    """static mode: all variants generated at the first epoch, then drawn from. The set is the
+    `static_tasks` pool, committed by the epoch that generated it (`pool_records`)."""
 
     def __init__(self, ctx: LoopContext, generator: TaskGenerator, pool: Pool):
         self.ctx, self.generator, self.pool = ctx, generator, pool
+        self.generated: list[dict] = []  # the set this epoch generated, until the epoch commits it
 
     def tasks(self, epoch, simulator_weights, stats):
         c = self.ctx.config
         counts = Counts()
-        if self.pool.num_records() == 0:
+        rows = self.pool.records()
+        if not rows:  # the first epoch (a resume before its checkpoint rolled the pool back to empty)
             seeds = choose_seeds(self.ctx, 0, {}, c.seeds_per_epoch)
             seeds = [s for s in seeds for _ in range(c.static_variants_per_seed)]
             gens, counts = self.generator.generate(seeds, simulator_weights, {}, 0)
-            shared_pools.append_epoch({"static_tasks": self.pool}, 0,
-                                      {"static_tasks": [{"task": g.task.to_json()} for g in gens if g.task]})
-        tasks = [Task.from_json(r["task"]) for r in self.pool.records()]
+            rows = self.generated = [{"task": g.task.to_json()} for g in gens if g.task]
+        tasks = [Task.from_json(r["task"]) for r in rows]
         if not tasks:
             return [], counts
         rng = np.random.default_rng(self.ctx.seed(epoch, STREAM_STATIC))
@@ -171,6 +180,10 @@ class StaticTasks:
         picks = rng.choice(len(tasks), size=min(wanted, len(tasks)), replace=False)
         return [Generation(self.ctx.seed_by_id.get(tasks[i].parent_id, tasks[i]), tasks[i].difficulty or "similar",
                            [], [], np.zeros(0), "", tasks[i]) for i in picks], counts
+
+    def pool_records(self) -> dict[str, list[dict]]:
+        generated, self.generated = self.generated, []
+        return {"static_tasks": generated} if generated else {}
 
 
 def seed_generation(seed: Task) -> Generation:
@@ -206,6 +219,9 @@ class CurriculumTasks:
             else:
                 kept.append(seed_generation(s))
         return kept + list(gens), counts  # rejected generations add no task but are counted and logged
+
+    def pool_records(self) -> dict[str, list[dict]]:
+        return {}
 
 
 def top_up_tasks(ctx: LoopContext, missing: int, epoch: int) -> list[Task]:

@@ -19,6 +19,7 @@ import pytest
 
 from genenv_jax.loop import CoEvolution, Policy
 from genenv_jax.loop.policy import Placement
+from genenv_jax.workdir.pools import Pool
 from tests.support.loop_configs import toy_config
 
 pytestmark = pytest.mark.usefixtures("toy_domain")  # conftest.py registers the toy domain
@@ -66,6 +67,11 @@ def test_static_mode_places_the_simulator_only_when_it_generates(tmp_path, monke
     loop.run()
     assert per_epoch == [{"agent": 1, "simulator": 1}, {"agent": 1}]  # epoch 1 draws from the set
     assert counts == {"agent": 2, "simulator": 1}  # no held-out split: no starting evaluation
+    # The set is committed once, with epoch 0's other pools (the task source writes nothing itself).
+    static = Pool(tmp_path / "run" / "pools", "static_tasks", writable=False)
+    assert static.epochs == [0] and static.num_records() > 0
+    drawn = {r["task"]["task_id"] for r in Pool(tmp_path / "run" / "pools", "d_env", writable=False).records((1,))}
+    assert drawn and drawn <= {r["task"]["task_id"] for r in static.records()}
 
 
 class _FakePolicy:
