@@ -240,3 +240,17 @@ def test_an_unreachable_hub_is_one_line(tmp_path, monkeypatch):
                                                r"be reached|hub download failed)") as info:
         resolve_model_source("tiny-org/tiny-model")
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("env", [{}, {"XDG_CACHE_HOME": "/x/cache"}, {"GENENV_JAX_CACHE": "/y/genenv"}])
+def test_the_suites_compilation_cache_lives_in_the_download_cache(env, monkeypatch):
+    """conftest.py places the suite's compilation cache before JAX is imported, by a copy of
+    `cache_root`'s rule (tests.support.compilation_cache_dir): the two must agree."""
+    from genenv_jax.data.model_sources import cache_root
+    from tests.support import compilation_cache_dir
+
+    for name in ("XDG_CACHE_HOME", "GENENV_JAX_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert compilation_cache_dir() == cache_root() / "test-compilation-cache"

@@ -6,13 +6,12 @@ One subprocess per benchmark on one CPU device (the suite's 8 virtual devices wo
 compilation); the session's persistent compilation cache is shared with the subprocesses."""
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-from tests.support import FIXTURES, REPO
+from tests.support import FIXTURES, REPO, subprocess_env
 
 pytestmark = pytest.mark.slow
 
@@ -40,8 +39,7 @@ SHARED_OVERRIDES = ["--config.epochs=1", "--config.mode=random",
 def _run_tiny(name, tmp_path, overrides):
     """`genenv_jax.main` on a benchmark's tiny preset with the shared overrides; its metric rows."""
     workdir = tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | {"JAX_PLATFORMS": "cpu",
-                                                                        "GENENV_CACHE": str(tmp_path / "cache")}
+    env = subprocess_env(GENENV_CACHE=str(tmp_path / "cache"))
     command = [sys.executable, "-m", "genenv_jax.main", f"--config=configs/{name}.py:tiny", f"--workdir={workdir}",
                *SHARED_OVERRIDES, *overrides]
     out = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, cwd=REPO)
@@ -49,11 +47,9 @@ def _run_tiny(name, tmp_path, overrides):
     return [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
 
 
-# travelplanner in make test; api_bank and bamboogle (~50-100 s each on 2 cores) in make test-full: the
-# loop is domain-agnostic, and their domains' tasks, tools and scoring are tested in their own files.
-@pytest.mark.parametrize("name", [name if name == "travelplanner" else pytest.param(name, marks=pytest.mark.full(
-    reason="a second and third benchmark through the command line, ~1.5 min each: make test-full "
-           "(travelplanner's run is in make test)")) for name in sorted(BENCHMARKS)])
+# Each benchmark's tiny preset through the command line (~50-100 s each on 2 cores); their domains'
+# tasks, tools and scoring are tested in their own files.
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
 def test_tiny_preset_runs_the_loop_from_the_command_line(name, tmp_path):
     workdir = tmp_path / "run"
     rows = _run_tiny(name, tmp_path, BENCHMARKS[name])
@@ -78,10 +74,8 @@ def _alfworld_installed() -> bool:
 # GiGPO on the multi-turn benchmarks' tiny presets: per-turn anchor states and token spans from real
 # episodes (BFCL's GorillaFileSystem backend; ALFWorld's engine), advantages per token, a GRPO step.
 @pytest.mark.parametrize("name", [
-    pytest.param("bfcl_multiturn", marks=pytest.mark.full(
-        reason="~80 s: make test-full (in make test: GiGPO's per-turn credit on multi-turn rows in "
-               "test_rl_advantages.py, a GiGPO loop on the toy domain in test_dynamic_sampling.py)")),
-    pytest.param("alfworld", marks=[pytest.mark.full, pytest.mark.skipif(
+    "bfcl_multiturn",
+    pytest.param("alfworld", marks=[pytest.mark.skipif(
         not _alfworld_installed(), reason="needs the optional ALFWorld extra: make alfworld")]),
 ])
 def test_multi_turn_tiny_presets_train_with_gigpo(name, tmp_path):

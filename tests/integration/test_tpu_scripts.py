@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO
+from tests.support import REPO, xla_flags
 
 TPU = REPO / "tpu" / "tpu.py"
 SLURM = REPO / "tpu" / "slurm.py"
@@ -389,7 +389,7 @@ json.dump(info, open(f"{{os.environ['FAKE_OUT']}}/task{{os.environ['SLURM_PROCID
     script = slurm_dry_run("--nodes", "2", "--gpus_per_node", "2", "--workdir", "w", "--repo_dir", str(tmp_path),
                            "--python", str(probe), fake_bin=fake_bin)
     env = fake_cluster(tmp_path, "localhost", job_id=port - 61440, nodes=2)
-    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2", PYTHONPATH=str(REPO))
+    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags(2), PYTHONPATH=str(REPO))
     out = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     results = sorted(json.loads((tmp_path / f"task{i}.json").read_text()) for i in range(2))

@@ -208,11 +208,18 @@ REFILL_PROMPTS = PROMPTS + [[1, 2], [60, 61, 62, 63, 64, 65], [99] * 20, [42], [
 REFILL_CAPS = [NEW, 3, NEW, 7, NEW, 1, NEW, 5, NEW]  # per-prompt caps: some rows end early
 
 
+# Logprobs of one row from two programs (another batch layout, bucket or mesh) in float32: measured
+# differences up to 8e-6 with XLA's default codegen and 1.3e-5 with the suite's level-0 codegen
+# (compaction, 12 steps); 5e-5 leaves room for other CPUs, while tokens must still be equal.
+ROW_LOGPROB_TOLERANCE = 5e-5
+
+
 def _assert_same_row(got, i, ref, j):
-    """Row i of `got` equals row j of `ref`: tokens, length, finish reason; logprobs within 1e-5."""
+    """Row i of `got` equals row j of `ref`: tokens, length, finish reason; logprobs within
+    ROW_LOGPROB_TOLERANCE."""
     assert got.token_lists()[i] == ref.token_lists()[j], (i, j)
     assert got.lengths[i] == ref.lengths[j] and got.finish_reasons[i] == ref.finish_reasons[j]
-    np.testing.assert_allclose(got.logprob_lists()[i], ref.logprob_lists()[j], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(got.logprob_lists()[i], ref.logprob_lists()[j], atol=ROW_LOGPROB_TOLERANCE, rtol=0)
 
 
 def _assert_same_rows(got, ref):

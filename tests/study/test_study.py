@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import subprocess
 import sys
 
@@ -27,7 +26,7 @@ from genenv_jax.workdir.metrics import read_metrics
 from genenv_jax.configs.run_config import ConfigError, RunConfig
 from genenv_jax.study.runner import (StudyRun, check_study, finished_unchanged, plan_runs, portable_snapshot,
                                      run_config, selected_runs)
-from tests.support import CONFIGS
+from tests.support import CONFIGS, subprocess_env
 
 
 def _context(**overrides) -> LoopContext:
@@ -151,12 +150,10 @@ SMOKE_CONFIG = CONFIGS / "study_smoke.py"
 
 
 @pytest.mark.slow
-@pytest.mark.full(reason="~115 s of the suite's 20-minute budget: `make test-full` runs it (the plan, equal-data "
-                  "and held-out checks above and tests/study/test_study_report.py run in `make test`)")
 def test_a_one_epoch_study_runs_with_equal_data_and_writes_its_report(tmp_path):
     """The command line end to end, on one CPU device (a subprocess: the suite's 8 virtual devices
     would only slow compilation), then a rerun that finds every run done."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | {"JAX_PLATFORMS": "cpu"}
+    env = subprocess_env()
     command = [sys.executable, "-m", "genenv_jax.study", f"--config={SMOKE_CONFIG}", f"--workdir={tmp_path}"]
     out = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from tests.support import REPO as ROOT
+from tests.support import REPO as ROOT, subprocess_env
 
 # A BFCL tiny run small enough to start, train, checkpoint and resume in a test (the demo preset
 # itself warms up for minutes): 2 warm-start steps per policy, 2 seeds, short outputs; 2 tasks x
@@ -33,8 +33,7 @@ def free_port() -> int:
 
 
 def environment(devices: int) -> dict[str, str]:
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-               PYTHONUNBUFFERED="1")
+    env = subprocess_env(devices, PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     return env
 

@@ -5,7 +5,6 @@ once, synthetic program sizes for the branches), and one-line CLI errors."""
 from __future__ import annotations
 
 import functools
-import os
 import subprocess
 import sys
 
@@ -16,7 +15,7 @@ from genenv_jax.tools import tpu_memory as plan
 from genenv_jax.configs import bfcl, bfcl_multiturn
 from genenv_jax.tools.memory_plan import GIB, Measurer, PlanError, ProgramMemory, sampler_shape, update_shape
 from genenv_jax.models import preset
-from tests.support import REPO
+from tests.support import REPO, subprocess_env
 
 SMALL = plan.Slice("v5litepod-4", 4, 16.0, 1)
 
@@ -180,7 +179,7 @@ def test_search_that_finds_nothing_names_bigger_slices():
     (["--config=bfcl:tiny", "--slice=v5p-8", "--config.mesh.fsdp=3"], "genenv_jax.tools.tpu_memory: error: config.mesh: "),
 ])
 def test_cli_errors_are_one_line(args, message):
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = subprocess_env()
     proc = subprocess.run([sys.executable, "-m", "genenv_jax.tools.tpu_memory", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
