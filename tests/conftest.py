@@ -32,12 +32,13 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # the multi-process harness, the notebook kernel compile the same programs again and again: a fresh
 # CoEvolution builds fresh jitted functions) and later sessions (`compilation_cache_dir`: a changed
 # program gets a new key, so a test never meets a stale program). Bounded at 4 GiB, least recently
-# used entries evicted. A cold run: JAX_COMPILATION_CACHE_DIR=$(mktemp -d) make test.
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(compilation_cache_dir())
-    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
-    os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
-    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
+# used entries evicted. Every program is cached, however quick its compile (JAX's default keeps only
+# those over 1 s; most of the suite's are shorter), also in a directory the caller chose, as for a
+# cold run: JAX_COMPILATION_CACHE_DIR=$(mktemp -d) make test.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(compilation_cache_dir()))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
 
 
 # The longest files first, as measured (docs/benchmarks.md, "Test suite"): `make test` runs two
