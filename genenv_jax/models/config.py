@@ -268,6 +268,12 @@ PRESETS: dict[str, ModelConfig] = {
     "micro": ModelConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_layers=2,
                          num_heads=4, num_kv_heads=2, head_dim=8, rope_theta=10000.0,
                          bos_token_id=1, eos_token_id=2),
+    # `tiny`'s body over a small tokenizer's 512-piece vocabulary (`genenv_jax/text/small_tokenizer.py`:
+    # <|endoftext|> = 1, <|im_end|> = 3): the loop tests' models (tests/support/loop_configs.py), where
+    # the 152k-token vocabulary would be nearly all of the work.
+    "tiny-512": ModelConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2,
+                            num_heads=4, num_kv_heads=2, head_dim=16, rope_theta=10000.0,
+                            tie_word_embeddings=True, bos_token_id=1, eos_token_id=3),
     # The miniature study's agent/simulator (docs/reproduction.md): ~3.3M params over the 512-piece study
     # tokenizer (`genenv_jax/text/small_tokenizer.py`: <|endoftext|> = 1, <|im_end|> = 3).
     "study-3m": ModelConfig(vocab_size=512, hidden_size=256, intermediate_size=768, num_layers=4,

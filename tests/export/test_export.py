@@ -83,7 +83,7 @@ def runs(tmp_path_factory):
     tokenizer.save_pretrained(base_dir)  # the run's tokenizer: its model source's own
     cfg, base = load_hf(base_dir)
     policy = {"agent.model_dir": base_dir, "agent.preset": "", "simulator.preset": "", "domain.name": "bfcl",
-              "domain.options": {}}
+              "domain.options": {}, "tokenizer_dir": ""}  # the run's tokenizer: the base's own
 
     full_config = RunConfig.from_config_dict(toy_config_dict(**policy))
     full = {"agent": _random_like(base, 1, 0.05, base), "simulator": _random_like(base, 2, 0.05, base)}

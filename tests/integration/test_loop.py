@@ -12,7 +12,7 @@ from genenv_jax import domains
 from genenv_jax.loop import CoEvolution, NonFiniteLossError, SeedStats
 from genenv_jax.loop.tasks import choose_seeds
 from genenv_jax.evaluation import load_run_agent
-from tests.support.loop_configs import toy_config
+from tests.support.loop_configs import TOY_PRESET, TOY_TOKENIZER, toy_config
 
 
 pytestmark = pytest.mark.usefixtures("toy_domain")  # conftest.py registers the toy domain
@@ -84,14 +84,14 @@ def test_loop_runs_from_hf_model_dirs(tmp_path):
     from genenv_jax.text import tokenization
     from genenv_jax.models import init_params, preset, save_hf
 
-    cfg = preset("tiny")
+    cfg = preset(TOY_PRESET)
     dirs = {}
     for name, seed in (("agent", 0), ("simulator", 1)):
         dirs[name] = tmp_path / name
         save_hf(cfg, init_params(cfg, jax.random.key(seed)), dirs[name])
-    tokenization.load_tokenizer().save_pretrained(dirs["agent"])
+    tokenization.load_tokenizer(TOY_TOKENIZER).save_pretrained(dirs["agent"])
     c = toy_config(epochs=1, **{"agent.model_dir": str(dirs["agent"]), "simulator.model_dir": str(dirs["simulator"]),
-                                "simulator.share_agent_init": False})
+                                "simulator.share_agent_init": False, "tokenizer_dir": ""})
     loop = CoEvolution(c, tmp_path / "run")
     assert tokenization.has_tokenizer_files(dirs["agent"]) and loop.ctx.text.tokenizer.name_or_path == str(dirs["agent"])
     initial_agent, initial_env = loop.weights.initial()
