@@ -20,7 +20,7 @@ import jax
 from genenv_jax.core.errors import ArgumentParser, CommandError, check_at_least, check_output_path, command
 from genenv_jax.workdir import storage
 from genenv_jax.text.chat_text import ChatText
-from genenv_jax.evaluation.evaluate import (evaluate_params, format_markdown, load_run_agent, select_tasks,
+from genenv_jax.evaluation.evaluate import (evaluate_params, format_markdown, select_tasks,
                                             write_report)
 from genenv_jax.parallel import (DEFAULT_COORDINATOR_TIMEOUT_S, check_distributed_flags, initialize_distributed,
                                  is_writer)
@@ -38,7 +38,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--epoch", type=int, default=None, help="with --run_dir: which epoch (default: the latest)")
     p.add_argument("--adapter_dir", default=None,
                    help="with --model_dir: a PEFT LoRA adapter directory, evaluated merged into that base")
-    p.add_argument("--tokenizer_dir", default=None, help="default: --model_dir's own tokenizer, else the bundled one")
+    p.add_argument("--tokenizer_dir", default=None, help="default: the run's tokenizer (--run_dir), --model_dir's own, else the bundled one")
     p.add_argument("--domain", default=None, help="a registered domain (default: the run's with --run_dir, else bfcl)")
     p.add_argument("--domain_option", action="append", default=[], metavar="KEY=VALUE",
                    help="a domain option, repeatable (e.g. data_dir=/data/api-bank); VALUE as JSON when it parses, "
@@ -141,13 +141,16 @@ def build_domain(name: str, pairs: Sequence[str], defaults: Mapping[str, Any] | 
 
 
 def run_agent(run_dir: str, epoch: int | None):
-    """`load_run_agent`, with an unreadable checkpoint as an expected error (one line)."""
+    """(cfg, merged params, epoch, the run's tokenizer source) of a run's agent (`load_run_policy`),
+    with an unreadable checkpoint as an expected error (one line)."""
+    from genenv_jax.evaluation.run_policy import load_run_policy
     from genenv_jax.workdir.checkpoints import CheckpointError
 
     try:
-        return load_run_agent(run_dir, epoch)
+        policy = load_run_policy(run_dir, "agent", epoch)
     except CheckpointError as err:
         raise CommandError(f"--run_dir {run_dir}: {err}") from None
+    return policy.cfg, policy.merged(), policy.epoch, policy.tokenizer_source
 
 
 def _run_domain(run_dir: str, epoch: int | None) -> tuple[str, dict[str, Any]]:
@@ -187,9 +190,10 @@ def evaluated_model(args: argparse.Namespace):
     from genenv_jax.models import init_params, preset
     from genenv_jax.models.loading import has_own_tokenizer, load_model
 
-    if args.run_dir:
-        cfg, params, epoch = run_agent(args.run_dir, args.epoch)
-        return cfg, params, {"run_dir": storage.absolute(args.run_dir), "epoch": epoch}, args.tokenizer_dir
+    if args.run_dir:  # the run's own tokenizer unless --tokenizer_dir names another
+        cfg, params, epoch, run_tokenizer = run_agent(args.run_dir, args.epoch)
+        tokenizer = run_tokenizer if args.tokenizer_dir is None else args.tokenizer_dir
+        return cfg, params, {"run_dir": storage.absolute(args.run_dir), "epoch": epoch}, tokenizer
     if args.preset:
         cfg = preset(args.preset)
         params = init_params(cfg, jax.random.key(args.seed))
