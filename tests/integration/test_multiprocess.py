@@ -1,6 +1,8 @@
 """Multi-host correctness on one machine: the loop and the evaluator as 2 and 4 JAX processes
-(`jax.distributed` over 127.0.0.1, 4 / 2 virtual CPU devices each) give the results of one
-process with 8 devices, including after every process is killed mid-run and the run resumed.
+(`jax.distributed` over 127.0.0.1, 2 / 1 virtual CPU devices each) give the results of one
+process with 4 devices, including after every process is killed mid-run and the run resumed.
+Four devices in all: the toy run's 8 GRPO rows still split over every device, and each process
+compiles and steps fewer device programs than with 8 on 2 cores.
 (The session's persistent compilation cache, set in conftest.py, spares the resumed run and the
 processes of one run most recompiles.)"""
 
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import multihost_harness
+from tests.support.loop_configs import TOY_TOKENIZER
 from genenv_jax.workdir.pools import Pool
 
 pytestmark = pytest.mark.slow
@@ -21,9 +24,9 @@ TIMING = ("time/", "tokens_per_s", "env_steps_per_s")
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> Path:
-    """The toy run as one process with 8 devices."""
+    """The toy run as one process with 4 devices."""
     workdir = tmp_path_factory.mktemp("one_process") / "run"
-    multihost_harness.run([*RUN, f"--workdir={workdir}"], 1, 8, workdir.parent / "logs")
+    multihost_harness.run([*RUN, f"--workdir={workdir}"], 1, 4, workdir.parent / "logs")
     return workdir
 
 
@@ -55,44 +58,42 @@ def _assert_same_results(got: Path, want: Path, epochs: tuple[int, ...] = (0, 1)
     assert (got / "curves.png").exists() and (got / "summary.md").exists()
 
 
-@pytest.mark.full(reason="~3-4 minutes of the suite's budget: `make test-full` runs it (the two-process evaluation "
-                    "below runs in make test: two JAX processes over loopback, FSDP across them, equal to one)")
 def test_two_processes_killed_after_a_checkpoint_resume_to_the_same_result(reference, tmp_path):
-    """2 processes x 4 devices, FSDP across both, environments in a worker process of process 0:
+    """2 processes x 2 devices, FSDP across both, environments in a worker process of process 0:
     every process is SIGKILLed once epoch 0's checkpoint is on disk (mid-epoch 1), then the same
-    command resumes, to 1 x 8's result."""
+    command resumes, to 1 x 4's result."""
     workdir, logs = tmp_path / "run", tmp_path / "logs"
     args = [*RUN, f"--workdir={workdir}", "--config.episodes.env_workers=1"]
-    procs = multihost_harness.start(args, 2, 4, logs)
+    procs = multihost_harness.start(args, 2, 2, logs)
     codes = multihost_harness.wait(procs, timeout=900, kill_when=lambda: (workdir / "checkpoints" / "0").is_dir())
     assert all(code != 0 for code in codes), f"the run ended before the kill: {codes}"
     assert not (workdir / "checkpoints" / "1").exists()
-    multihost_harness.run(args, 2, 4, tmp_path / "logs_resumed")
+    multihost_harness.run(args, 2, 2, tmp_path / "logs_resumed")
     _assert_same_results(workdir, reference)
     assert "epoch 1:" in (tmp_path / "logs_resumed" / "process_0.log").read_text()
     assert "epoch 1:" not in (tmp_path / "logs_resumed" / "process_1.log").read_text()  # process 0 reports
 
 
-@pytest.mark.full(reason="4 JAX processes on 2 cores take ~5 minutes "
-                    "of the suite's budget: `make test-full` runs it (the two-process tests cover multi-host runs)")
 def test_four_processes_equal_one(reference, tmp_path):
-    """4 processes x 2 devices, environments in a worker process of process 0, over the first
+    """4 processes x 1 device, environments in a worker process of process 0, over the first
     epoch (every stage runs in it; the two-process test covers two epochs and a resume). The mesh
     is data-parallel here (params replicated): FSDP over 4 processes on 2 cores would gather
     weights over loopback TCP at every decode step (the two-process tests cover FSDP across hosts)."""
     workdir = tmp_path / "run"
     multihost_harness.run([*RUN, f"--workdir={workdir}", "--config.episodes.env_workers=1", "--config.mesh.data=-1",
-                      "--config.mesh.fsdp=1", "--config.epochs=1"], 4, 2, tmp_path / "logs")
+                      "--config.mesh.fsdp=1", "--config.epochs=1"], 4, 1, tmp_path / "logs")
     _assert_same_results(workdir, reference, epochs=(0,))
 
 
 def test_evaluation_on_two_processes_equals_one(reference, tmp_path):
-    """The evaluator on the run's checkpointed agent (BFCL tasks; process 0 writes the report)."""
+    """The evaluator on the run's checkpointed agent (BFCL tasks, the run's own toy tokenizer;
+    process 0 writes the report)."""
     args = ["genenv_jax.evaluation", f"--run_dir={reference}", "--domain=bfcl", "--split=test",
             "--categories=simple_python,multiple", "--max_per_category=2", "--max_new_tokens=8", "--no_progress"]
-    multihost_harness.run([*args, f"--out={tmp_path / 'one'}"], 1, 8, tmp_path / "logs_one")
-    multihost_harness.run([*args, f"--out={tmp_path / 'two'}"], 2, 4, tmp_path / "logs_two")
+    multihost_harness.run([*args, f"--out={tmp_path / 'one'}"], 1, 4, tmp_path / "logs_one")
+    multihost_harness.run([*args, f"--out={tmp_path / 'two'}"], 2, 2, tmp_path / "logs_two")
     one = (tmp_path / "one" / "items.jsonl").read_text().splitlines()
     two = (tmp_path / "two" / "items.jsonl").read_text().splitlines()
     assert len(one) == 4 and one == two
-    assert json.loads((tmp_path / "two" / "results.json").read_text())["config"]["epoch"] == 1
+    config = json.loads((tmp_path / "two" / "results.json").read_text())["config"]
+    assert config["epoch"] == 1 and config["tokenizer"] == str(TOY_TOKENIZER)
