@@ -84,7 +84,8 @@ class TrainSettings:
     micro_batches: int = setting(1, "gradient accumulation within a step", minimum=1)
     passes: int = setting(1, "passes over the epoch's data (the agent's PPO epochs)", minimum=1)
     tasks_per_epoch: int = setting(0, "0: the update uses every task of the epoch it may train on; > 0: at most "
-                                      "this many, a seeded draw (equal update data whatever the simulator wrote)",
+                                      "this many, a seeded draw (equal update data whatever the simulator wrote; "
+                                      "the agent's draw takes the groups whose rewards differ first)",
                                    minimum=0)
     pad_per_step: bool = setting(False, "pad each step's prompts and responses to their own length buckets "
                                         "instead of the epoch's longest (fewer padded tokens, one compiled step "

@@ -24,11 +24,19 @@ from genenv_jax.rl.batches import PolicyState, TrainRow, batch_shape, shuffled_b
 def update_agent(ctx: LoopContext, agent: Policy, state: PolicyState, records: Sequence[EpochTask],
                  epoch: int) -> tuple[PolicyState, dict]:
     """GRPO on the rollout groups of the records marked `trains_agent`: each pass visits every
-    group once (at most `agent.train.tasks_per_epoch` of them, a seeded draw), `tasks_per_step`
-    groups per step; advantages per `agent.train.loss.advantage` (`loop.credit`)."""
+    group once, `tasks_per_step` groups per step; advantages per `agent.train.loss.advantage`
+    (`loop.credit`).
+
+    With `agent.train.tasks_per_epoch` > 0, at most that many groups, a seeded draw that takes the
+    groups whose rewards differ first and tops up from the rest (`agent/groups_constant` counts the
+    drawn groups of equal rewards). Such a group has zero episode-level advantages: a step of such
+    groups alone is the entropy bonus alone, and Adam's first steps are
+    then a full learning-rate step towards higher entropy (the calc study's static arm lost its
+    agent so: a uniform draw of 8 of 48 groups held no informative one, success 0.60 -> 0.01)."""
     n, u = ctx.config.rollouts_per_task, agent.settings.train
     groups = [r.rollouts for r in records if r.trains_agent]
-    groups = at_most(groups, u.tasks_per_epoch, ctx.seed(epoch, STREAM_UPDATE_SUBSET))
+    informative = np.array([len(set(g.rewards)) > 1 for g in groups], bool)
+    groups = at_most(groups, u.tasks_per_epoch, ctx.seed(epoch, STREAM_UPDATE_SUBSET), first=informative)
     if not groups:
         return state, {}
     credits, credit_metrics = group_credits(groups, n, u.loss, agent.settings.sampling.max_new_tokens)
@@ -47,7 +55,8 @@ def update_agent(ctx: LoopContext, agent: Policy, state: PolicyState, records: S
     state, history = train_steps(agent.train, state, steps, **shape, pad_id=ctx.text.pad_id,
                                  scalar_key="advantages", desc=f"epoch {epoch}: GRPO",
                                  show_progress=ctx.show_progress, pad_per_step=u.pad_per_step)
-    return state, summarise("agent", history) | credit_metrics
+    constant = sum(len(set(g.rewards)) == 1 for g in groups)
+    return state, summarise("agent", history) | credit_metrics | {"agent/groups_constant": constant}
 
 
 def _logprobs_and_mask(ep: Episode) -> tuple[np.ndarray, np.ndarray | None]:
@@ -56,12 +65,21 @@ def _logprobs_and_mask(ep: Episode) -> tuple[np.ndarray, np.ndarray | None]:
     return logprobs, (None if mask.all() else mask)
 
 
-def at_most(items: Sequence, count: int, seed: int) -> list:
-    """`items`, or `count` > 0 of them drawn without replacement by `seed` (in their order)."""
+def at_most(items: Sequence, count: int, seed: int, first: np.ndarray | None = None) -> list:
+    """`items`, or `count` > 0 of them drawn without replacement by `seed` (in their order). With
+    `first` (a mask over `items`), the draw takes from the marked items first and tops up from the
+    others."""
     if count <= 0 or len(items) <= count:
         return list(items)
-    keep = np.sort(np.random.default_rng(seed).choice(len(items), size=count, replace=False))
-    return [items[i] for i in keep]
+    rng = np.random.default_rng(seed)
+    if first is None:
+        keep = rng.choice(len(items), size=count, replace=False)
+    else:
+        marked, others = np.flatnonzero(first), np.flatnonzero(~first)
+        taken = min(count, marked.size)
+        keep = np.concatenate([rng.choice(marked, size=taken, replace=False),
+                               rng.choice(others, size=count - taken, replace=False)])
+    return [items[i] for i in np.sort(keep)]
 
 
 def update_simulator(ctx: LoopContext, simulator: Policy, state: PolicyState, records: Sequence[EpochTask],

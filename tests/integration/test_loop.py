@@ -30,6 +30,7 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path):
     assert rows[0]["generated"] == 4 and rows[0]["tasks"] + sum(
         v for k, v in rows[0].items() if k.startswith("rejected/")) == 4
     assert "agent/loss" in rows[0] and np.isfinite(rows[0]["agent/loss"])
+    assert 0 <= rows[0]["agent/groups_constant"] <= rows[0]["tasks"] + rows[0]["replayed_tasks"]
     assert (tmp_path / "full" / "curves.png").exists() and (tmp_path / "full" / "summary.md").exists()
 
     CoEvolution(toy_config(epochs=1), tmp_path / "split").run()  # stopped after epoch 0
