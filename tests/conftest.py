@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import DEVICE_COUNT_FLAG, TEST_XLA_FLAGS, compilation_cache_dir
+from tests.support import DEVICE_COUNT_FLAG, TEST_XLA_FLAGS, compilation_cache_dir, prune_compilation_cache
 
 # 8 virtual devices unless the command line chose a count, and the tests' codegen flags
 # (tests/support/__init__.py) unless XLA_FLAGS already sets the optimisation level.
@@ -31,14 +31,14 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # One persistent compilation cache for the session, the processes it starts (the loop tests' runs,
 # the multi-process harness, the notebook kernel compile the same programs again and again: a fresh
 # CoEvolution builds fresh jitted functions) and later sessions (`compilation_cache_dir`: a changed
-# program gets a new key, so a test never meets a stale program). Bounded at 4 GiB, least recently
-# used entries evicted. Every program is cached, however quick its compile (JAX's default keeps only
-# those over 1 s; most of the suite's are shorter), also in a directory the caller chose, as for a
-# cold run: JAX_COMPILATION_CACHE_DIR=$(mktemp -d) make test.
+# program gets a new key, so a test never meets a stale program). Every program is cached, however
+# quick its compile (JAX's default keeps only those over 1 s; most of the suite's are shorter), also
+# in a directory the caller chose, as for a cold run: JAX_COMPILATION_CACHE_DIR=$(mktemp -d) make
+# test. Not bounded by JAX (its bound rescans the whole directory under a lock at every write): the
+# suite's own directory is pruned once a session instead (`pytest_configure`).
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(compilation_cache_dir()))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
-os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
 
 
 # The longest files first, as measured (docs/benchmarks.md, "Test suite"): `make test` runs two
@@ -48,6 +48,13 @@ FIRST_FILES = ("test_multiprocess.py", "test_benchmark_loops.py", "test_real_mod
                "test_prefix_reuse.py", "test_dreamgym_loop.py", "test_alfworld.py", "test_sampling.py",
                "test_simulator_objectives.py", "test_lora_loop.py", "test_study.py", "test_loop.py", "test_export.py",
                "test_rl_learning.py", "test_environment_limits.py", "test_alfworld_loop.py", "test_notebook.py")
+
+
+def pytest_configure(config):
+    """In the controller (not in an xdist worker), before any test runs: prune the suite's own
+    compilation cache to its size (`tests.support.COMPILATION_CACHE_BYTES`)."""
+    if not hasattr(config, "workerinput") and os.environ["JAX_COMPILATION_CACHE_DIR"] == str(compilation_cache_dir()):
+        prune_compilation_cache(compilation_cache_dir())
 
 
 def pytest_collection_modifyitems(config, items):

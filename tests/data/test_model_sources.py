@@ -254,3 +254,20 @@ def test_the_suites_compilation_cache_lives_in_the_download_cache(env, monkeypat
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert compilation_cache_dir() == cache_root() / "test-compilation-cache"
+
+
+def test_the_suites_compilation_cache_is_pruned_oldest_first(tmp_path):
+    """conftest.py prunes the suite's cache once a session (JAX's own bound rescans the directory at
+    every write): the least recently written files go first, down to the size asked for."""
+    import os
+
+    from tests.support import prune_compilation_cache
+
+    for i in range(6):
+        path = tmp_path / f"entry{i}-cache"
+        path.write_bytes(b"x" * 100)
+        os.utime(path, (1000 + i, 1000 + i))
+    assert prune_compilation_cache(tmp_path, max_bytes=350) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["entry3-cache", "entry4-cache", "entry5-cache"]
+    assert prune_compilation_cache(tmp_path, max_bytes=350) == 0
+    assert prune_compilation_cache(tmp_path / "absent") == 0

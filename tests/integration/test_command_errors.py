@@ -146,7 +146,7 @@ CASES = [
      "travelplanner)"),
     ("eval-unknown-preset", "evaluation", ["--preset=huge", "--out={t}/out"], {},
      f"{EVAL}--preset 'huge': not a model preset (micro, qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-14b, qwen2.5-32b, "
-     "qwen2.5-3b, qwen2.5-72b, qwen2.5-7b, study-1m, study-30m, study-3m, tiny)"),
+     "qwen2.5-3b, qwen2.5-72b, qwen2.5-7b, study-1m, study-30m, study-3m, tiny, tiny-512)"),
     ("eval-bad-split", "evaluation", ["--preset=tiny", "--split=bogus", "--out={t}/out"], {},
      f"{EVAL}argument --split: invalid choice: 'bogus' (choose from 'train', 'validation', 'test', 'all') "
      "(see --help)"),

@@ -42,3 +42,31 @@ def compilation_cache_dir() -> Path:
     else:
         root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "genenv_jax"
     return root / "test-compilation-cache"
+
+
+# The suite's cache is pruned to this size at the start of a session: JAX's own bound
+# (`jax_compilation_cache_max_size`) rescans every entry under a file lock on each write, which made a
+# cold run's ~4,500 writes quadratic (docs/benchmarks.md, "Test suite"). One cold run writes ~85 MB.
+COMPILATION_CACHE_BYTES = 2 << 30
+
+
+def prune_compilation_cache(cache_dir: Path, max_bytes: int = COMPILATION_CACHE_BYTES) -> int:
+    """Deletes the least recently written entries of `cache_dir` until it holds at most `max_bytes`
+    (once, before any test process writes to it); returns the number of files deleted."""
+    entries = []
+    for path in cache_dir.glob("*") if cache_dir.is_dir() else ():
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            continue
+        if path.is_file():
+            entries.append((stat.st_mtime, stat.st_size, path))
+    total = sum(size for _, size, _ in entries)
+    deleted = 0
+    for _, size, path in sorted(entries):
+        if total <= max_bytes:
+            break
+        path.unlink(missing_ok=True)
+        total -= size
+        deleted += 1
+    return deleted
