@@ -6,6 +6,7 @@ import collections
 import concurrent.futures
 import inspect
 import json
+import re
 import logging
 import shutil
 import signal
@@ -63,6 +64,13 @@ def committed(workdir: Path) -> dict[tuple[str, int], float]:
             and not isinstance(value, bool)}
 
 
+def wandb_session_dirs(workdir: Path, run_id: str) -> list[Path]:
+    """The run's W&B session directories, `offline-run-<time>-<run id>`; W&B adds `-1`, `-2`, ...
+    when two sessions of the run start within the same second."""
+    pattern = re.compile(rf"offline-run-\d{{8}}_\d{{6}}-{re.escape(run_id)}(-\d+)?")
+    return sorted(p for p in (workdir / "wandb").iterdir() if pattern.fullmatch(p.name))
+
+
 def wandb_read_back(workdir: Path) -> collections.Counter:
     """((metric, epoch, step), value) -> how many history records hold it, over every .wandb log
     of the workdir's run, as W&B's own reader prints them."""
@@ -71,7 +79,7 @@ def wandb_read_back(workdir: Path) -> collections.Counter:
         return subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(log)],
                               capture_output=True, text=True, check=True).stdout
 
-    logs = sorted((workdir / "wandb").glob(f"*-{run_id}/*.wandb"))
+    logs = sorted(log for session in wandb_session_dirs(workdir, run_id) for log in session.glob("*.wandb"))
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
         outputs = list(pool.map(inspect_log, logs))
     seen = collections.Counter()
@@ -159,7 +167,7 @@ def test_every_committed_point_once_across_kills_on_both_sides_of_a_tracker_writ
     writer.write(3, row(3))
     writer.close()
     assert json.loads((workdir / trackers.IDS_FILE).read_text()) == ids
-    assert len(list((workdir / "wandb").glob(f"offline-run-*-{ids['wandb']['run_id']}"))) == 3  # one log a session
+    assert len(wandb_session_dirs(workdir, ids["wandb"]["run_id"])) == 3  # one log a session
     assert_exactly_once(workdir, [-1, 0, 1, 2, 3])
 
 
