@@ -38,7 +38,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--epoch", type=int, default=None, help="with --run_dir: which epoch (default: the latest)")
     p.add_argument("--adapter_dir", default=None,
                    help="with --model_dir: a PEFT LoRA adapter directory, evaluated merged into that base")
-    p.add_argument("--tokenizer_dir", default=None, help="default: the run's tokenizer (--run_dir), --model_dir's own, else the bundled one")
+    p.add_argument("--tokenizer_dir", default=None,
+                   help="default: the run's tokenizer (--run_dir), --model_dir's own, else the bundled one")
     p.add_argument("--domain", default=None, help="a registered domain (default: the run's with --run_dir, else bfcl)")
     p.add_argument("--domain_option", action="append", default=[], metavar="KEY=VALUE",
                    help="a domain option, repeatable (e.g. data_dir=/data/api-bank); VALUE as JSON when it parses, "

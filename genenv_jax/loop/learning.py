@@ -16,7 +16,7 @@ from genenv_jax.loop.context import (STREAM_GRPO, STREAM_RWR, STREAM_SIMULATOR_S
                                      STREAM_WARMSTART_SIMULATOR, LoopContext, epoch_seed)
 from genenv_jax.loop.policy import Policy
 from genenv_jax.loop.simulator_grpo import update_simulator_grpo
-from genenv_jax.loop.epoch_tasks import EpochTask
+from genenv_jax.loop.epoch_tasks import EpochTask, RolloutGroup
 from genenv_jax.rl import POLICY_LOSSES
 from genenv_jax.rl.batches import PolicyState, TrainRow, batch_shape, shuffled_batches, summarise, train_steps
 
@@ -30,12 +30,12 @@ def update_agent(ctx: LoopContext, agent: Policy, state: PolicyState, records: S
     With `agent.train.tasks_per_epoch` > 0, at most that many groups, a seeded draw that takes the
     groups whose rewards differ first and tops up from the rest (`agent/groups_constant` counts the
     drawn groups of equal rewards). Such a group has zero episode-level advantages: a step of such
-    groups alone is the entropy bonus alone, and Adam's first steps are
-    then a full learning-rate step towards higher entropy (the calc study's static arm lost its
-    agent so: a uniform draw of 8 of 48 groups held no informative one, success 0.60 -> 0.01)."""
+    groups alone is the entropy bonus alone, and Adam's first steps are full learning-rate steps
+    whatever the gradient's size (the calc study's static arm lost its agent so: a uniform draw of
+    8 of 48 groups held no informative one, success 0.60 -> 0.01)."""
     n, u = ctx.config.rollouts_per_task, agent.settings.train
     groups = [r.rollouts for r in records if r.trains_agent]
-    informative = np.array([len(set(g.rewards)) > 1 for g in groups], bool)
+    informative = np.array([_rewards_differ(g) for g in groups], bool)
     groups = at_most(groups, u.tasks_per_epoch, ctx.seed(epoch, STREAM_UPDATE_SUBSET), first=informative)
     if not groups:
         return state, {}
@@ -55,8 +55,13 @@ def update_agent(ctx: LoopContext, agent: Policy, state: PolicyState, records: S
     state, history = train_steps(agent.train, state, steps, **shape, pad_id=ctx.text.pad_id,
                                  scalar_key="advantages", desc=f"epoch {epoch}: GRPO",
                                  show_progress=ctx.show_progress, pad_per_step=u.pad_per_step)
-    constant = sum(len(set(g.rewards)) == 1 for g in groups)
+    constant = sum(not _rewards_differ(g) for g in groups)
     return state, summarise("agent", history) | credit_metrics | {"agent/groups_constant": constant}
+
+
+def _rewards_differ(group: RolloutGroup) -> bool:
+    """Whether a group's episodes got unequal rewards (else its GRPO advantages are all zero)."""
+    return len(set(group.rewards)) > 1
 
 
 def _logprobs_and_mask(ep: Episode) -> tuple[np.ndarray, np.ndarray | None]:
