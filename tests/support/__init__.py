@@ -2,6 +2,7 @@
 repository root on pytest's path), and the paths they build on: every test file finds the tests'
 folders from here, not from its own place in tests/."""
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -54,13 +55,11 @@ def prune_compilation_cache(cache_dir: Path, max_bytes: int = COMPILATION_CACHE_
     """Deletes the least recently written entries of `cache_dir` until it holds at most `max_bytes`
     (once, before any test process writes to it); returns the number of files deleted."""
     entries = []
-    for path in cache_dir.glob("*") if cache_dir.is_dir() else ():
-        try:
-            stat = path.stat()
-        except FileNotFoundError:
-            continue
-        if path.is_file():
-            entries.append((stat.st_mtime, stat.st_size, path))
+    with os.scandir(cache_dir) if cache_dir.is_dir() else contextlib.nullcontext(()) as scan:
+        for entry in scan:
+            if entry.is_file():
+                stat = entry.stat()
+                entries.append((stat.st_mtime, stat.st_size, Path(entry.path)))
     total = sum(size for _, size, _ in entries)
     deleted = 0
     for _, size, path in sorted(entries):

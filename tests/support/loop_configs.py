@@ -5,7 +5,7 @@ tokenizer in tests/fixtures/toy_tokenizer (437 SentencePiece pieces trained on t
 texts by `toy_tokenizer_texts`; tests/text/test_small_tokenizer.py checks the files are what that
 training gives). With Qwen's 151,936-token vocabulary instead, the vocabulary is nearly all of a
 tiny model's work (its LM head, sampling and loss over 152k logits a token): a warm toy run took
-33.5 s, against 9.5 s with this vocabulary (docs/benchmarks.md, "Test suite")."""
+33.5 s, against 5.3 s with this vocabulary (both beside a study run) (docs/benchmarks.md, "Test suite")."""
 
 from genenv_jax.configs import base
 from genenv_jax.configs.run_config import RunConfig
