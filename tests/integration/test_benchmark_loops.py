@@ -83,6 +83,10 @@ def _alfworld_installed() -> bool:
         not _alfworld_installed(), reason="needs the optional ALFWorld extra: make alfworld")]),
 ])
 def test_multi_turn_tiny_presets_train_with_gigpo(name, tmp_path):
-    row = _run_tiny(name, tmp_path, ["--config.evaluation.split=", "--config.agent.train.loss.advantage=gigpo"])[-1]
+    # One task's group in the step (BFCL's rows hold ~4.1k tokens: the function docs): GiGPO's
+    # per-turn credit needs one group, and a second would double the step.
+    row = _run_tiny(name, tmp_path, ["--config.evaluation.split=", "--config.agent.train.loss.advantage=gigpo",
+                                     "--config.agent.train.tasks_per_epoch=1",
+                                     "--config.agent.train.tasks_per_step=1"])[-1]
     assert row["epoch"] == 0 and row["agent/steps"] == 1 and "agent/loss" in row
     assert 0.0 <= row["agent/gigpo_step_adv_nonzero"] <= 1.0 and row["episodes/turns_mean"] >= 1
