@@ -1,12 +1,11 @@
 """Test session setup: 8 virtual CPU devices (sharding tests), CPU platform, the test tiers as
 markers, and the fixtures many files share.
 
-Tiers (pyproject.toml lists the markers):
-- `slow`: over ~20 s on 2 CPU cores (`make test-fast` leaves them out);
-- `full`: too slow for `make test`'s 20-minute budget; skipped unless `pytest --full` (`make
-  test-full`; GENENV_FULL_TESTS=1 is an alias). A `full` test is `slow` too;
+Markers (pyproject.toml lists them); `make test` runs every test, the real-weight checks included:
+- `slow`: over ~20 s on 2 CPU cores (`make test-fast`, the edit loop, leaves them out);
 - `alfworld`: needs the optional ALFWorld engine (`make alfworld`); its files skip without it;
-- `pretrained`: needs the downloaded real model (`python -m genenv_jax.data.download ...`);
+- `pretrained`: needs the downloaded real model (`python -m genenv_jax.data.download ...`, which
+  `make test` runs first); they skip with the reason when it is absent;
 - `shared_data(path)`: needs benchmark data under ../shared; skipped when `path` is absent.
 """
 
@@ -42,20 +41,14 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 
-# The longest files first: `make test` runs two xdist workers, one file each at a time, in this
-# order (`--no-loadscope-reorder`; xdist's default order, most tests first, put the 4-test
-# multi-process file last, where it ran alone for the suite's last ~5 minutes).
-FIRST_FILES = ("test_multiprocess.py", "test_study.py", "test_benchmark_loops.py", "test_notebook.py", "test_loop.py",
-               "test_alfworld.py", "test_alfworld_loop.py", "test_dreamgym_loop.py", "test_prefix_reuse.py")
-
-
-def pytest_addoption(parser):
-    parser.addoption("--full", action="store_true", default=False,
-                     help="also run the `full` tier (what `make test-full` runs; GENENV_FULL_TESTS=1 is an alias)")
-
-
-def full_tier(config) -> bool:
-    return bool(config.getoption("--full") or os.environ.get("GENENV_FULL_TESTS"))
+# The longest files first, as measured (docs/benchmarks.md, "Test suite"): `make test` runs two
+# xdist workers, one file each at a time, in this order (`--no-loadscope-reorder`; xdist's default
+# order, most tests first, left a long file for the end, where it ran alone for minutes).
+FIRST_FILES = ("test_multiprocess.py", "test_benchmark_loops.py", "test_real_model.py", "test_alfworld.py",
+               "test_dreamgym_loop.py", "test_attention.py", "test_prefix_reuse.py", "test_sampling.py",
+               "test_rl_learning.py", "test_study.py", "test_lora_loop.py", "test_export.py",
+               "test_reliability_storage.py", "test_loop.py", "test_simulator_objectives.py",
+               "test_environment_limits.py", "test_notebook.py", "test_alfworld_loop.py")
 
 
 def pytest_configure(config):
@@ -66,13 +59,7 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    full = full_tier(config)
     for item in items:
-        marker = item.get_closest_marker("full")
-        if marker is not None:
-            item.add_marker(pytest.mark.slow)
-            if not full:
-                item.add_marker(pytest.mark.skip(reason=marker.kwargs.get("reason", "a `full` test: make test-full")))
         for data in item.iter_markers("shared_data"):
             if not Path(data.args[0]).exists():
                 item.add_marker(pytest.mark.skip(reason=data.kwargs.get("reason", f"no shared data at {data.args[0]}")))

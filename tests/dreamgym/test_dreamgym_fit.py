@@ -19,8 +19,6 @@ from genenv_jax.dreamgym import fit_experience  # noqa: E402
 
 
 @pytest.mark.slow
-@pytest.mark.full(reason="the measurement command end to end, ~45 s: `make test-full` runs it "
-                    "(its SFT and predictor are tested in test_dreamgym_experience.py)")
 def test_fit_and_score_on_held_out_games(tmp_path):
     s = fit_experience.FitSettings(
         train_games=2, heldout_games=1, task_types=("pick_and_place_simple",), random_per_task=1, random_steps=4,

@@ -6,7 +6,7 @@ worker that ignores the alarm is killed and replaced; a worker over its memory c
 `env_memory`; a 1 MB observation is cut with a marker. BFCL multi-turn: the issue's doubling
 sequence (`cp(a, x_i); mv(x_i, a)`) and amplification reply end within the cost rules, shared
 subtrees are counted and compared once, and the shipped ground truths are unaffected (the sample
-replay in tests/domains/bfcl_multiturn/test_bfcl_multiturn.py; all 800 in `make test-full`). A loop run with a stalling
+replay in tests/domains/bfcl_multiturn/test_bfcl_multiturn.py, and all 800). A loop run with a stalling
 environment completes and counts the event.
 """
 
@@ -194,7 +194,7 @@ def test_a_loop_with_a_stalling_and_a_memory_hungry_environment_completes_and_co
     assert rows[-1]["score_failed/env_memory"] >= 1   # 64 GB asked for under a 2 GB cap: refused, not OOM-killed
 
 
-@pytest.mark.full(reason="three toy runs with a stalling environment (~2 min); the one-epoch run above is in make test")
+@pytest.mark.slow
 def test_a_run_with_stalls_resumes_bit_equal(tmp_path, toy_domain, monkeypatch):
     import jax
     import numpy as np

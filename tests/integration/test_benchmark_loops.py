@@ -47,11 +47,9 @@ def _run_tiny(name, tmp_path, overrides):
     return [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
 
 
-# travelplanner in make test; api_bank and bamboogle (~50-100 s each on 2 cores) in make test-full: the
-# loop is domain-agnostic, and their domains' tasks, tools and scoring are tested in their own files.
-@pytest.mark.parametrize("name", [name if name == "travelplanner" else pytest.param(name, marks=pytest.mark.full(
-    reason="a second and third benchmark through the command line, ~1.5 min each: make test-full "
-           "(travelplanner's run is in make test)")) for name in sorted(BENCHMARKS)])
+# Each benchmark's tiny preset through the command line (~50-100 s each on 2 cores); their domains'
+# tasks, tools and scoring are tested in their own files.
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
 def test_tiny_preset_runs_the_loop_from_the_command_line(name, tmp_path):
     workdir = tmp_path / "run"
     rows = _run_tiny(name, tmp_path, BENCHMARKS[name])
@@ -76,10 +74,8 @@ def _alfworld_installed() -> bool:
 # GiGPO on the multi-turn benchmarks' tiny presets: per-turn anchor states and token spans from real
 # episodes (BFCL's GorillaFileSystem backend; ALFWorld's engine), advantages per token, a GRPO step.
 @pytest.mark.parametrize("name", [
-    pytest.param("bfcl_multiturn", marks=pytest.mark.full(
-        reason="~80 s: make test-full (in make test: GiGPO's per-turn credit on multi-turn rows in "
-               "test_rl_advantages.py, a GiGPO loop on the toy domain in test_dynamic_sampling.py)")),
-    pytest.param("alfworld", marks=[pytest.mark.full, pytest.mark.skipif(
+    "bfcl_multiturn",
+    pytest.param("alfworld", marks=[pytest.mark.skipif(
         not _alfworld_installed(), reason="needs the optional ALFWorld extra: make alfworld")]),
 ])
 def test_multi_turn_tiny_presets_train_with_gigpo(name, tmp_path):

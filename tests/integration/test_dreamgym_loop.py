@@ -3,8 +3,7 @@ epoch answered by the experience model, then a real (sim-to-real) epoch; the rep
 with offline transitions and grown with synthetic ones; a run resumed after its first epoch equals
 an uninterrupted one. The experience model's sampler is scripted (a random tiny model writes no
 readable reply), so synthetic steps, outcome rewards and failure states are all exercised and
-checkable; its SFT, retrieval and prompts are the real ones. Skips without the optional extra;
-the resumed run is `make test-full`'s."""
+checkable; its SFT, retrieval and prompts are the real ones. Skips without the optional extra."""
 
 import hashlib
 import json
@@ -139,8 +138,6 @@ def test_a_synthetic_then_a_real_epoch(uninterrupted):
 
 
 @pytest.mark.slow
-@pytest.mark.full(reason="a third loop run, ~35 s: `make test-full` runs it (the replay pool's commit, reopen "
-                           "and roll-back are tested in test_dreamgym_replay.py, the loop's resume in test_loop.py)")
 def test_a_run_resumed_after_its_synthetic_epoch_equals_the_uninterrupted_one(uninterrupted, shared, tmp_path):
     workdir, rows, loop, _ = uninterrupted
     # Killed after epoch 0's checkpoint, before epoch 1's: the files as they were then (epoch 1's

@@ -58,8 +58,6 @@ def _assert_same_results(got: Path, want: Path, epochs: tuple[int, ...] = (0, 1)
     assert (got / "curves.png").exists() and (got / "summary.md").exists()
 
 
-@pytest.mark.full(reason="~2 minutes of the suite's budget: `make test-full` runs it (the two-process evaluation "
-                    "below runs in make test: two JAX processes over loopback, FSDP across them, equal to one)")
 def test_two_processes_killed_after_a_checkpoint_resume_to_the_same_result(reference, tmp_path):
     """2 processes x 2 devices, FSDP across both, environments in a worker process of process 0:
     every process is SIGKILLed once epoch 0's checkpoint is on disk (mid-epoch 1), then the same
@@ -76,8 +74,6 @@ def test_two_processes_killed_after_a_checkpoint_resume_to_the_same_result(refer
     assert "epoch 1:" not in (tmp_path / "logs_resumed" / "process_1.log").read_text()  # process 0 reports
 
 
-@pytest.mark.full(reason="4 JAX processes on 2 cores take ~1.2 minutes "
-                    "of the suite's budget: `make test-full` runs it (the two-process tests cover multi-host runs)")
 def test_four_processes_equal_one(reference, tmp_path):
     """4 processes x 1 device, environments in a worker process of process 0, over the first
     epoch (every stage runs in it; the two-process test covers two epochs and a resume). The mesh

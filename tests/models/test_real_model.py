@@ -2,10 +2,9 @@
 qwen2.5-coder-0.5b-instruct --dest DIR`): our float32 forward against HF transformers on the same HF
 directory, greedy decoding against HF's greedy choice at every step, and `load_gguf(DIR/model.gguf)` against `load_hf(DIR)`.
 
-They run in `make test-full` (marker `full`; `pretrained`: they need the real weights) whenever the download is present: in the model
-cache (`genenv_jax.data.model_sources.model_cache_dir`) or at `$GENENV_REAL_MODEL_DIR`. About 3.7
-minutes on 2 cores beside another test worker, so not in `make test`'s 20-minute budget. Measured
-figures go to stdout (-s).
+They need the download (marker `pretrained`; `make test` fetches it first): in the model cache
+(`genenv_jax.data.model_sources.model_cache_dir`) or at `$GENENV_REAL_MODEL_DIR`; without it they
+skip and say where they looked. Measured figures go to stdout (-s).
 """
 
 import os
@@ -23,7 +22,6 @@ LOGIT_TOLERANCE = 5e-3  # max |logit difference| ours vs HF in float32 allowed o
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.full(reason="real-weight checks run in make test-full"),
     pytest.mark.pretrained,
     pytest.mark.skipif(not is_complete(MODELS[NAME], MODEL_DIR), reason=f"the real model is not downloaded to {MODEL_DIR}"),
 ]

@@ -165,8 +165,7 @@ def _dropout_step(rate):
     return rl.make_grpo_step(CFG, optimizer, rl.GRPOConfig(kl_coef=0.0), lora=lora, donate=False)
 
 
-@pytest.mark.full(reason="~37 s of the suite's 20-minute budget: `make test-full` runs it (the dropout masks' "
-                  "rates, expectation and per-chunk masks are checked in make test, above and below)")
+@pytest.mark.slow
 def test_a_dropout_step_is_a_pure_function_of_its_batch_and_differs_from_no_dropout():
     from tests.support.random_params import with_random_b
 

@@ -141,13 +141,7 @@ RECIPES = {
 }
 
 
-# DAPO's run is the slowest (~35 s: dynamic sampling refills); make test keeps its parts: the decoupled
-# clip against numpy (test_rl_variants.py), dynamic sampling in the loop (test_dynamic_sampling.py).
-_DAPO_FULL = pytest.mark.full(reason="~35 s of the suite's 20-minute budget: `make test-full` runs it (DAPO's clip "
-                              "against numpy and its dynamic sampling in the loop run in make test)")
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_DAPO_FULL) if n == "dapo" else n
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "dapo" else n
                                   for n in list(VARIANTS) + list(RECIPES)])
 def test_every_loss_variant_learns_to_copy_a_digit(name):
     cfg = preset("micro", vocab_size=16)

@@ -177,8 +177,6 @@ def test_eviction_spares_entries_of_the_current_call():
 
 # ------------------------------------------------------------------ real episodes
 @pytest.mark.slow
-@pytest.mark.full(reason="real BFCL multi-turn episodes, ~1-2 min: make test-full (in make test, retained turns "
-                         "on random prompts: test_retained_turns_prefill_only_what_was_added, greedy and sampled)")
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_bfcl_multiturn_transcripts_are_token_identical_with_reuse(chat_text, temperature):
     domain = get_domain("bfcl_multiturn")

@@ -150,8 +150,6 @@ SMOKE_CONFIG = CONFIGS / "study_smoke.py"
 
 
 @pytest.mark.slow
-@pytest.mark.full(reason="~115 s of the suite's 20-minute budget: `make test-full` runs it (the plan, equal-data "
-                  "and held-out checks above and tests/study/test_study_report.py run in `make test`)")
 def test_a_one_epoch_study_runs_with_equal_data_and_writes_its_report(tmp_path):
     """The command line end to end, on one CPU device (a subprocess: the suite's 8 virtual devices
     would only slow compilation), then a rerun that finds every run done."""

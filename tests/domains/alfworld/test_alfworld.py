@@ -645,7 +645,7 @@ def test_constructor_checks():
         ALFWorldDomain(games={"train": -1})
 
 
-@pytest.mark.full(reason="~40 s of episodes on the engine: make test-full (BFCL multi-turn's runs in make test)")
+@pytest.mark.slow
 def test_transcripts_are_token_identical_with_prefix_reuse(domain, seeds, chat_text):
     """Greedy episodes of a random tiny agent on the engine (every reply an unknown command, so
     episodes run to the turn cap): the same tokens with and without the sampler's prefix pool, and

@@ -274,8 +274,6 @@ def test_sample_replay_and_perturbations_agree_with_official_checker(domain):
 
 
 @pytest.mark.slow
-@pytest.mark.full(reason="every shipped entry, ~45 s: `make test-full` runs it "
-                    "(the sample test above runs in `make test`)")
 def test_every_shipped_entry_replays_and_perturbations_agree_with_official_checker(domain):
     """All 800 entries x (replay + 4 perturbations), 25-45 s on 2 cores (docs/bfcl_multiturn.md)."""
     report = verify.check_tasks(domain, domain.seeds("all"))
