@@ -26,20 +26,21 @@ from typing import Sequence
 
 from genenv_jax.loop import epoch_tasks
 from genenv_jax.loop.context import STREAM_REFILL, LoopContext, epoch_seed
-from genenv_jax.loop.credit import group_credits
-from genenv_jax.loop.epoch_tasks import EpochTask, RolloutGroup
+from genenv_jax.loop.credit import credit_records
+from genenv_jax.loop.epoch_tasks import EpochTask
 from genenv_jax.loop.policy import Placement, Policy
 from genenv_jax.loop.rollouts import rollouts
 from genenv_jax.loop.tasks import replay_tasks
 from genenv_jax.workdir.pools import Pool
 
 
-def informative(ctx: LoopContext, agent: Policy, groups: Sequence[RolloutGroup]) -> list[bool]:
-    """Per group: does it carry signal under `dynamic_sampling.filter`?"""
+def informative(ctx: LoopContext, agent: Policy, records: Sequence[EpochTask]) -> list[bool]:
+    """Per rolled-out record: does its group carry signal under `dynamic_sampling.filter`? The
+    advantage filter credits each record once (`credit_records`); the update reuses that credit."""
     if ctx.config.dynamic_sampling.filter == "reward":
-        return [max(g.rewards) != min(g.rewards) for g in groups]
-    credits, _ = group_credits(groups, ctx.config.rollouts_per_task, agent.settings.train.loss,
-                               agent.settings.sampling.max_new_tokens)
+        return [max(r.rollouts.rewards) != min(r.rollouts.rewards) for r in records]
+    credits = credit_records(records, ctx.config.rollouts_per_task, agent.settings.train.loss,
+                             agent.settings.sampling.max_new_tokens)
     return [c.informative for c in credits]
 
 
@@ -68,7 +69,7 @@ def choose_training_groups(ctx: LoopContext, agent: Policy, weights: Placement, 
         return Refills()
     t0 = time.perf_counter()
     target = len(rolled)
-    kept = [r for r, ok in zip(rolled, informative(ctx, agent, [r.rollouts for r in rolled])) if ok]
+    kept = [r for r, ok in zip(rolled, informative(ctx, agent, rolled)) if ok]
     dropped = target - len(kept)
     refills: list[EpochTask] = []
     counts: collections.Counter = collections.Counter()
@@ -82,7 +83,7 @@ def choose_training_groups(ctx: LoopContext, agent: Policy, weights: Placement, 
         counts.update(stats.counts)  # (update, not +=: a count of 0 stays a key, as the rollouts report it)
         new = [r for r in new if r.rollouts is not None]
         refills += new
-        good = [r for r, ok in zip(new, informative(ctx, agent, [r.rollouts for r in new])) if ok]
+        good = [r for r, ok in zip(new, informative(ctx, agent, new)) if ok]
         dropped += len(new) - len(good)
         kept += good[:target - len(kept)]
     for r in kept:

@@ -20,15 +20,43 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, Sequence
 
+import numpy as np
+
 from genenv_jax.domains.base import Task
 from genenv_jax.loop.context import LoopContext
 from genenv_jax.episodes import Episode
 from genenv_jax.loop.tasks import Counts, Generation, top_up_tasks
 from genenv_jax.rl.curriculum import CurriculumConfig, TaskScore, score_tasks, seed_variances
+from genenv_jax.rl.registry import Credits
 
 GENERATED, UNUSED, REJECTED = "generated", "unused", "rejected"
 TOP_UP, REPLAY, REFILL = "top_up", "replay", "refill"
 REPLAYED_ORIGINS = (TOP_UP, REPLAY, REFILL)
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupCredit:
+    """One task group's credit (`loop.credit`): the estimator's answer for its n episodes
+    (`rl.registry.Credits`: advantages [n], under GiGPO per response token and per turn too) and
+    the overlong shaping [n] its rewards took (shaped reward - R_agent, 0 when off)."""
+
+    credits: Credits
+    shaping: np.ndarray
+
+    @property
+    def advantages(self) -> np.ndarray:
+        return self.credits.advantages
+
+    @property
+    def token_advantages(self) -> list[np.ndarray] | None:
+        return self.credits.token_advantages
+
+    @property
+    def informative(self) -> bool:
+        """Some episode of the group gets a non-zero advantage (so a policy gradient)."""
+        if self.token_advantages is not None:
+            return any(bool(np.any(a != 0)) for a in self.token_advantages)
+        return bool(np.any(self.advantages != 0))
 
 
 @dataclasses.dataclass
@@ -58,6 +86,7 @@ class EpochTask:
     rollouts: RolloutGroup | None = None  # the agent's n episodes (None: not rolled out, or could not start)
     trains_agent: bool = False            # GRPO trains on its rollouts this epoch
     score: TaskScore | None = None        # p_hat, R_env, band: generated tasks that were rolled out
+    credit: GroupCredit | None = None     # its rollouts' advantages, computed once (`loop.credit.credit_records`)
 
     @property
     def replayed(self) -> bool:

@@ -10,7 +10,7 @@ import numpy as np
 
 from genenv_jax.domains.base import DIFFICULTY_DIRECTIONS, Task
 from genenv_jax.episodes import Episode
-from genenv_jax.loop.credit import group_credits
+from genenv_jax.loop.credit import credit_metrics, credit_records
 from genenv_jax.loop.context import (STREAM_GRPO, STREAM_RWR, STREAM_SIMULATOR_SUBSET, STREAM_UPDATE_SUBSET,
                                      STREAM_WARMSTART_AGENT,
                                      STREAM_WARMSTART_SIMULATOR, LoopContext, epoch_seed)
@@ -34,12 +34,13 @@ def update_agent(ctx: LoopContext, agent: Policy, state: PolicyState, records: S
     whatever the gradient's size (the calc study's static arm lost its agent so: a uniform draw of
     8 of 48 groups held no informative one, success 0.60 -> 0.01)."""
     n, u = ctx.config.rollouts_per_task, agent.settings.train
-    groups = [r.rollouts for r in records if r.trains_agent]
-    informative = np.array([_rewards_differ(g) for g in groups], bool)
-    groups = at_most(groups, u.tasks_per_epoch, ctx.seed(epoch, STREAM_UPDATE_SUBSET), first=informative)
-    if not groups:
+    trained = [r for r in records if r.trains_agent]
+    informative = np.array([_rewards_differ(r.rollouts) for r in trained], bool)
+    trained = at_most(trained, u.tasks_per_epoch, ctx.seed(epoch, STREAM_UPDATE_SUBSET), first=informative)
+    if not trained:
         return state, {}
-    credits, credit_metrics = group_credits(groups, n, u.loss, agent.settings.sampling.max_new_tokens)
+    groups = [r.rollouts for r in trained]
+    credits = credit_records(trained, n, u.loss, agent.settings.sampling.max_new_tokens)
     rows_of = [[TrainRow(ep.prompt, ep.tokens, float(c.advantages[k]), *_logprobs_and_mask(ep),
                          token_scalars=None if c.token_advantages is None else c.token_advantages[k])
                 for k, ep in enumerate(g.episodes)] for g, c in zip(groups, credits)]
@@ -56,7 +57,7 @@ def update_agent(ctx: LoopContext, agent: Policy, state: PolicyState, records: S
                                  scalar_key="advantages", desc=f"epoch {epoch}: GRPO",
                                  show_progress=ctx.show_progress, pad_per_step=u.pad_per_step)
     constant = sum(not _rewards_differ(g) for g in groups)
-    return state, summarise("agent", history) | credit_metrics | {"agent/groups_constant": constant}
+    return state, summarise("agent", history) | credit_metrics(credits, u.loss) | {"agent/groups_constant": constant}
 
 
 def _rewards_differ(group: RolloutGroup) -> bool:

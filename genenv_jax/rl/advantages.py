@@ -93,7 +93,16 @@ def grpo_credit(batch: CreditBatch, loss: Any) -> Credits:
     return Credits(np.asarray(adv, np.float64))
 
 
-@register_advantage("gigpo", per_turn=True)
+def gigpo_summary(groups: Sequence[Credits]) -> dict[str, float]:
+    """GiGPO's metrics over task groups: the share of agent turns with a non-zero step advantage,
+    and the mean |step advantage|."""
+    steps = [step for g in groups for step in g.turn_advantages]
+    turns = np.concatenate(steps) if steps else np.zeros(0)
+    return {"agent/gigpo_step_adv_nonzero": float(np.mean(turns != 0)) if turns.size else 0.0,
+            "agent/gigpo_step_adv_abs_mean": float(np.mean(np.abs(turns))) if turns.size else 0.0}
+
+
+@register_advantage("gigpo", per_turn=True, summarise=gigpo_summary)
 def gigpo_credit(batch: CreditBatch, loss: Any) -> Credits:
     """GiGPO: every token of agent turn t of episode i gets A_episode_i + gigpo_omega x A_step_it
     (`gigpo_step_advantages` with discount gigpo_gamma). Needs an anchor state per agent turn."""
@@ -110,7 +119,4 @@ def gigpo_credit(batch: CreditBatch, loss: Any) -> Credits:
         for (start, end), a_step in zip(batch.turn_spans[b], step):
             values[start:end] = episode[b] + loss.gigpo_omega * a_step
         per_token.append(values)
-    turns = np.concatenate(steps) if steps else np.zeros(0)
-    metrics = {"agent/gigpo_step_adv_nonzero": float(np.mean(turns != 0)) if turns.size else 0.0,
-               "agent/gigpo_step_adv_abs_mean": float(np.mean(np.abs(turns))) if turns.size else 0.0}
-    return Credits(episode, per_token, metrics)
+    return Credits(episode, per_token, steps)

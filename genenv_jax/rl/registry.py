@@ -96,21 +96,34 @@ class CreditBatch:
 class Credits:
     """An estimator's answer: advantages [B] float64 per episode; `token_advantages` [B] float32
     arrays over each episode's response tokens when the estimator credits tokens apart (else None:
-    every token of an episode takes its episode's advantage); metrics to log."""
+    every token of an episode takes its episode's advantage); `turn_advantages` [B] arrays of each
+    agent turn's own term (GiGPO's step advantages), what its `summarise` reads. Every field is per
+    episode, so `group(g, n)` is task group g's own answer."""
 
     advantages: np.ndarray
     token_advantages: list[np.ndarray] | None = None
-    metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    turn_advantages: list[np.ndarray] | None = None
+
+    def group(self, g: int, n: int) -> Credits:
+        """Task group g's episodes (n per group) of this answer."""
+        def part(x):
+            return None if x is None else x[g * n:(g + 1) * n]
+        return Credits(self.advantages[g * n:(g + 1) * n], part(self.token_advantages), part(self.turn_advantages))
 
 
 @dataclasses.dataclass(frozen=True)
 class AdvantageEstimator:
     """A registered estimator: `fn(batch, loss_config) -> Credits`. `per_turn`: it gives each agent
-    turn its own advantage (so a loss needing one advantage per sequence, GSPO's, cannot use it)."""
+    turn its own advantage (so a loss needing one advantage per sequence, GSPO's, cannot use it).
+    `summarise(groups) -> metrics`: what to log of the groups a step trains on, from their
+    `Credits` (one per task group), so the metrics describe exactly those groups however the
+    credits were computed (dynamic sampling credits every rolled-out group once, the update trains
+    on a draw of them)."""
 
     name: str
     fn: Callable[[CreditBatch, Any], Credits]
     per_turn: bool = False
+    summarise: Callable[[Sequence[Credits]], dict[str, float]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,10 +143,13 @@ ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimat
 POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
 
 
-def register_advantage(name: str, *, per_turn: bool = False) -> Callable[[Callable], Callable]:
-    """Decorator: registers `fn(batch: CreditBatch, loss_config) -> Credits` as estimator `name`."""
+def register_advantage(name: str, *, per_turn: bool = False,
+                       summarise: Callable[[Sequence[Credits]], dict[str, float]] | None = None,
+                       ) -> Callable[[Callable], Callable]:
+    """Decorator: registers `fn(batch: CreditBatch, loss_config) -> Credits` as estimator `name`,
+    with its optional metrics `summarise` (`AdvantageEstimator`)."""
     def register(fn: Callable) -> Callable:
-        ADVANTAGE_ESTIMATORS.add(name, AdvantageEstimator(name, fn, per_turn))
+        ADVANTAGE_ESTIMATORS.add(name, AdvantageEstimator(name, fn, per_turn, summarise))
         return fn
     return register
 

@@ -2,6 +2,7 @@
 from GRPO and refilled, the budget and the extra rollouts are counted, and the loop runs with it
 (and with GiGPO credit) end to end."""
 
+import dataclasses
 import types
 
 import numpy as np
@@ -12,6 +13,7 @@ from genenv_jax.episodes import Episode, EpisodeStats
 from genenv_jax.loop import CoEvolution, dynamic_sampling, epoch_tasks
 from genenv_jax.loop.epoch_tasks import EpochTask
 from genenv_jax.loop.epoch_tasks import RolloutGroup
+from genenv_jax.rl.registry import ADVANTAGE_ESTIMATORS
 from tests.support.loop_configs import toy_config
 
 pytestmark = pytest.mark.usefixtures("toy_domain")
@@ -93,7 +95,7 @@ def test_the_advantage_filter_keeps_equal_rewards_with_step_credit(monkeypatch):
     long_.turns = [{"agent_tokens": 1, "observation_tokens": 1}, {"agent_tokens": 1}]
     for flt, want in (("reward", [False]), ("advantage", [True])):
         ctx, agent = _context(**{"dynamic_sampling.filter": flt, "agent.train.loss.advantage": "gigpo"})
-        assert dynamic_sampling.informative(ctx, agent, [short]) == want
+        assert dynamic_sampling.informative(ctx, agent, _records([short])) == want
 
 
 def test_off_by_default_every_group_trains(monkeypatch):
@@ -113,9 +115,16 @@ def test_loop_with_dynamic_sampling_and_gigpo_runs_and_counts_refills(tmp_path, 
     monkeypatch.setattr(toy_domain.ToyDomain, "score_details", lambda self, task, response:
                         ScoreResult(reward=float(len(response) % 2)))
     config = toy_config(epochs=1, **{"dynamic_sampling.enabled": True, "dynamic_sampling.max_rounds": 2,
+                                     "dynamic_sampling.filter": "advantage",
                                      "agent.train.loss.advantage": "gigpo", "agent.train.loss.overlong_buffer": 4})
+    # Every episode is credited once: by the advantage filter, whose credit the update reuses.
+    credited = []
+    estimator = ADVANTAGE_ESTIMATORS.get("gigpo")
+    monkeypatch.setitem(ADVANTAGE_ESTIMATORS._entries, "gigpo", dataclasses.replace(
+        estimator, fn=lambda batch, loss: credited.append(len(batch.rewards)) or estimator.fn(batch, loss)))
     loop = CoEvolution(config, tmp_path / "run")
     (row,) = loop.run()
+    assert sum(credited) == row["agent/rollouts_total"]
     groups = row["tasks"] + row["replayed_tasks"]
     assert row["dynamic_sampling/trained_groups"] + row["dynamic_sampling/shortfall_groups"] == groups
     assert row["agent/rollouts_total"] == row["agent/episodes"] + row["dynamic_sampling/extra_rollouts"]

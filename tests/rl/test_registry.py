@@ -52,10 +52,11 @@ def test_unknown_names_fail_in_one_line_listing_the_registered_ones():
 
 @pytest.fixture
 def reward_estimator():
-    """A toy estimator for one test: each episode's advantage is twice its reward, with one metric."""
-    @rl.register_advantage("twice_reward")
+    """A toy estimator for one test: each episode's advantage is twice its reward, with one metric
+    (over the groups an update trains on)."""
+    @rl.register_advantage("twice_reward", summarise=lambda groups: {"agent/twice_reward_groups": float(len(groups))})
     def twice_reward(batch, loss):
-        return Credits(2.0 * batch.rewards, metrics={"agent/twice_reward_calls": 1.0})
+        return Credits(2.0 * batch.rewards)
     yield twice_reward
     ADVANTAGE_ESTIMATORS.remove("twice_reward")
 
@@ -75,7 +76,7 @@ def test_a_registered_estimator_is_accepted_by_the_config_and_used_by_the_credit
     np.testing.assert_array_equal(credits[0].advantages, [2.0, 0.0])
     np.testing.assert_array_equal(credits[1].advantages, [1.0, 1.0])
     assert credits[1].token_advantages is None and credits[1].informative
-    assert metrics == {"agent/twice_reward_calls": 1.0}
+    assert metrics == {"agent/twice_reward_groups": 2.0}
     ADVANTAGE_ESTIMATORS.remove("twice_reward")
     with pytest.raises(ValueError, match="expected one of grpo, gigpo$"):
         rl.GRPOConfig(advantage="twice_reward")

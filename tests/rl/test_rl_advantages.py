@@ -2,6 +2,8 @@
 for episodes (`loop.credit`), per-token values through the update batches, and p_hat from the
 first k rollouts (`curriculum.p_hat_samples`)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -9,7 +11,7 @@ from genenv_jax import rl
 from genenv_jax.core.config_checks import ConfigError
 from genenv_jax.domains.base import Task
 from genenv_jax.episodes import Episode
-from genenv_jax.loop.credit import group_credits
+from genenv_jax.loop.credit import credit_metrics, group_credits
 from genenv_jax.loop.epoch_tasks import RolloutGroup
 from genenv_jax.rl import curriculum
 from genenv_jax.rl.advantages import discounted_returns, gigpo_step_advantages, overlong_penalty
@@ -95,6 +97,50 @@ def test_loop_credit_puts_each_turns_gigpo_advantage_on_its_tokens():
         np.testing.assert_allclose(values, want, atol=1e-6)
         assert not values[np.asarray(ep.loss_mask) == 0].any()  # observation tokens carry nothing
     assert credit.informative and metrics["agent/gigpo_step_adv_nonzero"] == pytest.approx(6 / 9)
+
+
+def _groups(rng, count):
+    """`count` GiGPO groups of 4 episodes: random anchor paths, 0/1 rewards and reply lengths."""
+    groups = []
+    for g in range(count):
+        episodes = []
+        for k in range(4):
+            turns = int(rng.integers(1, 4))
+            states = [f"g{g}s{int(rng.integers(0, 2))}t{t}" for t in range(turns)]
+            episodes.append(_episode(k, states, float(rng.integers(0, 2)),
+                                     [int(rng.integers(2, 17)) for _ in range(turns)], 2))
+        groups.append(RolloutGroup(episodes[0].task, episodes))
+    return groups
+
+
+def test_a_records_credit_is_computed_once_and_a_subsets_metrics_are_its_own(monkeypatch):
+    """Dynamic sampling credits every rolled-out group; the update trains on a draw of them and
+    reuses those credits: the advantages and the metrics over the draw equal crediting the draw alone."""
+    from genenv_jax.loop import epoch_tasks
+    from genenv_jax.loop.credit import credit_records
+    from genenv_jax.rl.registry import ADVANTAGE_ESTIMATORS
+
+    loss = rl.GRPOConfig(advantage="gigpo", gigpo_gamma=0.9, overlong_buffer=6)
+    groups = _groups(np.random.default_rng(0), 6)
+    records = [epoch_tasks.EpochTask(epoch_tasks.GENERATED, g.task, rollouts=g) for g in groups]
+    calls = []
+    estimator = ADVANTAGE_ESTIMATORS.get("gigpo")
+    counting = dataclasses.replace(estimator, fn=lambda batch, cfg: calls.append(len(batch.rewards)) or
+                                   estimator.fn(batch, cfg))
+    monkeypatch.setitem(ADVANTAGE_ESTIMATORS._entries, "gigpo", counting)
+    everything = credit_records(records, 4, loss, 16)
+    draw = [records[i] for i in (1, 2, 4)]
+    again = credit_records(draw, 4, loss, 16)
+    assert calls == [24] and all(a is records[i].credit for a, i in zip(again, (1, 2, 4)))
+    alone, alone_metrics = group_credits([r.rollouts for r in draw], 4, loss, 16)
+    for reused, fresh in zip(again, alone):
+        np.testing.assert_array_equal(reused.advantages, fresh.advantages)
+        for a, b in zip(reused.token_advantages, fresh.token_advantages):
+            np.testing.assert_array_equal(a, b)
+    assert credit_metrics(again, loss) == alone_metrics
+    assert set(alone_metrics) == {"agent/overlong_penalty_mean", "agent/gigpo_step_adv_nonzero",
+                                  "agent/gigpo_step_adv_abs_mean"}
+    assert credit_metrics(everything, loss) != alone_metrics  # the draw's own, not the epoch's
 
 
 def test_equal_rewards_carry_step_credit_under_gigpo_only():
