@@ -2,7 +2,7 @@
 markers, and the fixtures many files share.
 
 Markers (pyproject.toml lists them); `make test` runs every test, the real-weight checks included:
-- `slow`: over ~20 s on 2 CPU cores (`make test-fast`, the edit loop, leaves them out);
+- `slow`: over ~5 s on 2 CPU cores in a cold whole-suite run (`make test-fast`, the edit loop, leaves them out);
 - `alfworld`: needs the optional ALFWorld engine (`make alfworld`); its files skip without it;
 - `pretrained`: needs the downloaded real model (`python -m genenv_jax.data.download ...`, which
   `make test` runs first); they skip with the reason when it is absent;

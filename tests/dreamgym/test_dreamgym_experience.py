@@ -55,6 +55,7 @@ def test_sft_rows_show_retrieved_demos_but_never_the_row_itself(setup):
         assert row.response[-1] == text.end_id
 
 
+@pytest.mark.slow
 def test_a_few_sft_steps_lower_the_loss_and_replies_go_through_the_predictor(setup):
     text, cfg, params, retrieval = setup
     settings = PromptSettings(reasoning=False)

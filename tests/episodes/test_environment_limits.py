@@ -59,6 +59,7 @@ def test_observations_are_cut_with_a_marker(text):
     assert bound_text("abc", 0) == "abc" and bound_text("abcdef", 3).startswith("abc\n[... 3 of 6")
 
 
+@pytest.mark.slow
 def test_workers_time_out_kill_and_replace_and_the_batch_completes(text, monkeypatch):
     monkeypatch.setattr(environments, "KILL_GRACE_S", 0.5)
     envs = WorkerEnvironments("test_episodes:CountdownDomain", {}, num_workers=2, limits=FAST)

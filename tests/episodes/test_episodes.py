@@ -205,6 +205,7 @@ def test_workers_and_local_environments_give_the_same_episodes(text):
     assert flat(local) == flat(workers)
 
 
+@pytest.mark.slow
 def test_observation_tokens_contribute_nothing_to_the_grpo_loss_or_gradient(text):
     """Old logprobs at observation positions are garbage here: with the loss mask they change
     nothing; with every response token in the loss they do."""

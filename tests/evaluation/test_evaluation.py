@@ -198,6 +198,7 @@ def test_domain_options_read_json_values_over_the_run_defaults():
         evaluation.domain_options(["data_dir"])
 
 
+@pytest.mark.slow
 def test_cli_evaluates_peft_adapters_over_a_base_as_the_merged_model(tmp_path, capsys):
     """`--model_dir=BASE --adapter_dir=PEFT` decodes what the merged weights decode."""
     from genenv_jax.models import init_params, preset, save_hf

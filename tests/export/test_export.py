@@ -130,6 +130,7 @@ def _assert_leaves(expected, got, how):
         how(jax.tree_util.keystr(path), np.asarray(a, np.float32), np.asarray(b, np.float32))
 
 
+@pytest.mark.slow
 def test_gguf_f32_reads_back_exactly_and_transformers_gives_our_logits(runs):
     out = _export(runs, "full", "--policy=agent", "--format=gguf", "--gguf_type=f32", out="agent-f32")
     cfg, params = load_gguf(out / "model.gguf")
@@ -159,6 +160,7 @@ def test_gguf_f16_of_the_simulator_within_f16_rounding(runs):
     np.testing.assert_allclose(_hf_logits(out, gguf_file="model.gguf"), ours, atol=2e-2, rtol=0)
 
 
+@pytest.mark.slow
 def test_gguf_q8_0_of_a_lora_agent_is_the_packages_quantisation_of_the_merged_weights(runs):
     from genenv_jax.evaluation.run_policy import load_run_policy
     from genenv_jax.export.gguf_writer import gguf_names

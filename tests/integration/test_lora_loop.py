@@ -22,6 +22,7 @@ def _equal(a, b):
     return all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
 
+@pytest.mark.slow
 def test_lora_policies_share_one_frozen_base_and_train_only_adapters(tmp_path):
     loop = CoEvolution(toy_config(epochs=1, **LORA), tmp_path / "run")
     state = loop.fresh_state()

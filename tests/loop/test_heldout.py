@@ -42,6 +42,7 @@ def _items(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_heldout_items_equal_the_evaluation_commands(loop):
     co, state, tmp = loop
     tasks = heldout_tasks(co.ctx)

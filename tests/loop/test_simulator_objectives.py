@@ -140,6 +140,7 @@ GRPO_LOOP = {"simulator.train.objective": "grpo", "variants_per_seed": 2, "simul
 
 
 @pytest.mark.usefixtures("toy_domain")
+@pytest.mark.slow
 def test_grpo_simulator_trains_in_the_loop_and_resumes_bit_equal(tmp_path):
     from genenv_jax.loop import CoEvolution
 

@@ -43,6 +43,7 @@ def test_warmstart_steps_may_be_zero_for_one_policy_not_both():
         _config(**{"warmstart.agent_steps": -1})
 
 
+@pytest.mark.slow
 def test_a_policy_with_zero_steps_starts_as_it_is(tmp_path):
     loop = CoEvolution(_config(**{"warmstart.agent_steps": 2, "warmstart.simulator_steps": 0}), tmp_path / "run")
     try:

@@ -226,6 +226,7 @@ def test_bfloat16_compute_stays_close_to_float32():
     assert float(jnp.abs(out - ref).max()) < 0.05
 
 
+@pytest.mark.slow
 def test_sequence_chunked_mlp_equals_one_pass(monkeypatch):
     """The training forward runs the MLP over sequence chunks (`qwen2.MLP_CHUNK_TOKENS`); with a
     chunk of 4 tokens, 9 positions become 3 chunks of 3 (padded to 9): same logits and gradients."""

@@ -97,6 +97,7 @@ def _grpo_copy_history(cfg, step, trained, frozen, steps: int = 200, normalize_b
     return history, metrics
 
 
+@pytest.mark.slow
 def test_grpo_learns_to_copy_a_digit():
     """Prompt [BOS, d, SEP] -> response d, reward 1 if copied. A random model is at chance (1/16).
 
@@ -158,6 +159,7 @@ def test_every_loss_variant_learns_to_copy_a_digit(name):
 LORA_LEARNING_RATE, LORA_STEPS = 3e-3, 200
 
 
+@pytest.mark.slow
 def test_lora_grpo_learns_to_copy_a_digit():
     """The same task with only LoRA adapters trained (rank 4 on every projection, the base and the
     LM head frozen), KL anchored to the base. The frozen head is scaled x10: a random normal(0.02)

@@ -53,6 +53,7 @@ def _same(a, b):
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.slow
 def test_a_groups_shared_prompt_is_prefilled_once_and_samples_do_not_change(params, samplers, temperature):
     off, on = samplers
     prompts = _groups(np.random.default_rng(0), tasks=5, copies=8)
@@ -101,6 +102,7 @@ def test_a_rerendered_history_is_reused_up_to_its_first_differing_token(params, 
     assert again.stats.prefill.reused == 3 * 20
 
 
+@pytest.mark.slow
 def test_with_more_episodes_than_fit_whole_episodes_keep_their_entries(params):
     off, small = Sampler(CFG, _mesh(), prefix_cache=None), Sampler(CFG, _mesh(), prefix_cache=PrefixCacheConfig(256))
     rng = np.random.default_rng(3)
@@ -193,6 +195,7 @@ def test_bfcl_multiturn_transcripts_are_token_identical_with_reuse(chat_text, te
     assert plain_stats.prefill.computed == plain_stats.prefill.requested > 3 * stats.prefill.computed
 
 
+@pytest.mark.slow
 def test_reuse_on_a_sharded_mesh_equals_one_device(params, samplers):
     """Slots over data x fsdp, kv heads over tensor; the pool replicated over the batch axes."""
     off, _ = samplers

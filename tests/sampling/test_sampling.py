@@ -228,6 +228,7 @@ def _assert_same_rows(got, ref):
         _assert_same_row(got, i, ref, i)
 
 
+@pytest.mark.slow
 def test_refill_equals_per_prompt_generation(model, sampler):
     """Greedy decoding on 2 slots refilled from a queue of 9 prompts gives each prompt exactly what
     generating it alone gives: with stop tokens, with and without them in the output, and with
@@ -279,6 +280,7 @@ def test_refill_keeps_slots_busy(model, sampler):
     assert sum(s.decode_steps for s in batched) == 15 + 7 and sum(s.useful_tokens for s in batched) == 30
 
 
+@pytest.mark.slow
 def test_drain_compacts_live_rows_into_fewer_slots(model, sampler):
     """1 long prompt and 7 short ones on 8 slots: once the short rows end, the long row is gathered
     into 1 slot, its tokens and logprobs unchanged (greedy and sampled), and the drain computes

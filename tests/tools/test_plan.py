@@ -81,6 +81,7 @@ def test_resident_state_of_the_7b_preset():
     assert m.step == m.sampler == ProgramMemory(0, 0, 0, 0, 0)
 
 
+@pytest.mark.slow
 def test_real_plan_of_a_micro_config(measured):
     run, measurer, base, text = measured
     assert "genenv_jax.tools.tpu_memory: micro on v5litepod-4: 4 chips x 16 GiB HBM" in text

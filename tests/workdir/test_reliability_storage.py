@@ -133,6 +133,7 @@ def test_a_kill_at_any_point_of_an_epoch_resumes_exactly(tmp_path, uninterrupted
     _assert_same_run(uninterrupted[0], tmp_path, uninterrupted[1], arrays)
 
 
+@pytest.mark.slow
 def test_a_disk_full_checkpoint_write_is_one_line_and_the_rerun_resumes_exactly(tmp_path, uninterrupted,
                                                                                 monkeypatch, caplog, capfd):
     toy_run(tmp_path, 2)
@@ -220,6 +221,7 @@ def test_a_broken_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, uni
     assert any("pool d_train: dropped epochs [2, 3] past the checkpoint of epoch 1" in m for m in _resume_lines(caplog))
 
 
+@pytest.mark.slow
 def test_flipped_bytes_in_a_params_file_are_caught_by_the_checksum(tmp_path, caplog):
     params = {"w": jnp.linspace(0, 1, 64 * 1024, dtype=jnp.float32).reshape(1024, 64)}
     with Checkpointer(tmp_path / "ckpt", async_save=False) as ckpt:
@@ -251,6 +253,7 @@ def test_non_finite_values_are_refused_on_save_and_on_restore(tmp_path, monkeypa
             ckpt.restore(0, abstract_tree(bad))
 
 
+@pytest.mark.slow
 def test_when_no_checkpoint_restores_resume_refuses_and_touches_nothing(tmp_path):
     with pytest.raises(SimulatedKill):
         toy_run(tmp_path, 4, kill_at=("pools", 2))
@@ -325,6 +328,7 @@ def test_a_lost_committed_shard_refuses_resume_and_deletes_nothing(tmp_path):
     assert sorted(p.name for p in pool_dir.iterdir()) == before  # epoch 2 (past the checkpoint) kept too
 
 
+@pytest.mark.slow
 def test_a_pool_from_another_run_is_refused(tmp_path):
     toy_run(tmp_path, 1)
     pools = {name: Pool(tmp_path / "other_pools", name) for name in POOL_NAMES}
@@ -413,6 +417,7 @@ def _assert_events_equal_metrics(workdir: str | Path, epochs: list[int]) -> None
     assert len(event_files(workdir / "tensorboard")) == 1
 
 
+@pytest.mark.slow
 def test_tensorboard_events_survive_a_kill_mid_epoch_a_resume_and_a_checkpoint_fallback(tmp_path):
     _killed_toy_run(tmp_path, "metrics", 2)  # epoch 2's row and events written, its checkpoint not
     _assert_events_equal_metrics(tmp_path, [0, 1, 2])

@@ -216,6 +216,7 @@ def test_metrics_plots_and_samples_on_gcs(run_url, caplog):
     assert rows[0]["agent_rewards"] == [1.0, 0.0] and rows[1]["rejection"] == "no_json"
 
 
+@pytest.mark.slow
 def test_checkpoints_on_gcs_resume_exactly_and_set_broken_ones_aside(run_url, tmp_path, caplog):
     """The reliability tests' toy loop: killed after the pool commit of epoch 2 on gs://, resumed
     there, it equals an uninterrupted local run; a broken newest checkpoint is then moved aside."""

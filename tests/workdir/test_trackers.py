@@ -150,6 +150,7 @@ def killed_run(tmp_path: Path, workdir: Path, epochs: str, kill_at: int, when: s
     assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_every_committed_point_once_across_kills_on_both_sides_of_a_tracker_write_and_a_resume(tmp_path,
                                                                                               empty_mlflow_store):
     workdir = with_store(tmp_path / "run", empty_mlflow_store)

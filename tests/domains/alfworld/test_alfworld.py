@@ -90,6 +90,7 @@ def _task(game_spec: dict, walkthrough=None) -> Task:
 
 
 # ------------------------------------------------------------------------ generated games
+@pytest.mark.slow
 def test_generated_splits_cover_every_task_type(seeds):
     for split in GAMES:
         assert sorted(t.category for t in seeds if t.metadata["split"] == split) == sorted(vocab.TASK_TYPES)
@@ -97,6 +98,7 @@ def test_generated_splits_cover_every_task_type(seeds):
                for t in seeds)
 
 
+@pytest.mark.slow
 def test_walkthroughs_win_only_at_their_last_command(domain):
     """Seen (train) games: no prefix of the walkthrough is won, a final command aimed at another
     receptacle is not, the walkthrough is. Unseen (test) games: the walkthrough without its state
@@ -149,6 +151,7 @@ def test_unseen_split_uses_only_held_out_scenes(domain, seeds):
     assert {t.metadata["alfworld_split"] for t in seeds} == {"train", "valid_seen", "valid_unseen"}
 
 
+@pytest.mark.slow
 def test_expert_success_rate(domain):
     """The build is itself a sample of the expert (sampled specs, compiled, verified; failures are
     replaced and counted in build.json); six more sampled specs over the training scenes."""
@@ -387,6 +390,7 @@ def test_built_set_is_in_the_official_layout_and_reads_back_as_data_dir(domain, 
         domain.seeds("valid_seen")
 
 
+@pytest.mark.slow
 def test_evaluator_on_the_official_layout(domain):
     """The evaluator plays the validation games with an oracle agent (the reference turns: every
     game won) and a no-op agent (`look` until the step cap ends the episode: none won)."""
@@ -555,6 +559,7 @@ def test_environment_episode_rules():
     assert ALFWorldEnvironment(task, game).score(transcript[:-1]).reward == 0.0
 
 
+@pytest.mark.slow
 def test_environments_in_worker_processes_match_in_process(domain, options, seeds):
     """Two games stepped by their walkthroughs in spawned workers (each building the domain from
     its registry reference and options: they read the built set, they never build) and in this
