@@ -38,7 +38,7 @@ def informative(ctx: LoopContext, agent: Policy, records: Sequence[EpochTask]) -
     """Per rolled-out record: does its group carry signal under `dynamic_sampling.filter`? The
     advantage filter credits each record once (`credit_records`); the update reuses that credit."""
     if ctx.config.dynamic_sampling.filter == "reward":
-        return [max(r.rollouts.rewards) != min(r.rollouts.rewards) for r in records]
+        return [r.rollouts.rewards_differ for r in records]
     credits = credit_records(records, ctx.config.rollouts_per_task, agent.settings.train.loss,
                              agent.settings.sampling.max_new_tokens)
     return [c.informative for c in credits]

@@ -72,6 +72,11 @@ class RolloutGroup:
         return [ep.reward for ep in self.episodes]
 
     @property
+    def rewards_differ(self) -> bool:
+        """Whether its episodes got unequal rewards (else its GRPO advantages are all zero)."""
+        return len(set(self.rewards)) > 1
+
+    @property
     def valid(self) -> list[bool]:
         return [ep.valid for ep in self.episodes]
 

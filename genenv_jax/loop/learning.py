@@ -16,7 +16,7 @@ from genenv_jax.loop.context import (STREAM_GRPO, STREAM_RWR, STREAM_SIMULATOR_S
                                      STREAM_WARMSTART_SIMULATOR, LoopContext, epoch_seed)
 from genenv_jax.loop.policy import Policy
 from genenv_jax.loop.simulator_grpo import update_simulator_grpo
-from genenv_jax.loop.epoch_tasks import EpochTask, RolloutGroup
+from genenv_jax.loop.epoch_tasks import EpochTask
 from genenv_jax.rl import POLICY_LOSSES
 from genenv_jax.rl.batches import PolicyState, TrainRow, batch_shape, shuffled_batches, summarise, train_steps
 
@@ -35,7 +35,7 @@ def update_agent(ctx: LoopContext, agent: Policy, state: PolicyState, records: S
     8 of 48 groups held no informative one, success 0.60 -> 0.01)."""
     n, u = ctx.config.rollouts_per_task, agent.settings.train
     trained = [r for r in records if r.trains_agent]
-    informative = np.array([_rewards_differ(r.rollouts) for r in trained], bool)
+    informative = np.array([r.rollouts.rewards_differ for r in trained], bool)
     trained = at_most(trained, u.tasks_per_epoch, ctx.seed(epoch, STREAM_UPDATE_SUBSET), first=informative)
     if not trained:
         return state, {}
@@ -56,13 +56,8 @@ def update_agent(ctx: LoopContext, agent: Policy, state: PolicyState, records: S
     state, history = train_steps(agent.train, state, steps, **shape, pad_id=ctx.text.pad_id,
                                  scalar_key="advantages", desc=f"epoch {epoch}: GRPO",
                                  show_progress=ctx.show_progress, pad_per_step=u.pad_per_step)
-    constant = sum(not _rewards_differ(g) for g in groups)
+    constant = sum(not g.rewards_differ for g in groups)
     return state, summarise("agent", history) | credit_metrics(credits, u.loss) | {"agent/groups_constant": constant}
-
-
-def _rewards_differ(group: RolloutGroup) -> bool:
-    """Whether a group's episodes got unequal rewards (else its GRPO advantages are all zero)."""
-    return len(set(group.rewards)) > 1
 
 
 def _logprobs_and_mask(ep: Episode) -> tuple[np.ndarray, np.ndarray | None]:

@@ -4,6 +4,7 @@ layer needs no model code: `models.gguf_io` reads the same files' tensors."""
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 from pathlib import Path
@@ -22,6 +23,7 @@ def is_gguf_path(path: str | os.PathLike) -> bool:
     return os.fspath(path).lower().endswith(GGUF_SUFFIX)
 
 
+@functools.cache
 def _plain_view_reader():
     """`gguf.GGUFReader` with its field parser slicing a plain ndarray view of the memory map.
 
