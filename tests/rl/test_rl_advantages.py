@@ -133,10 +133,13 @@ def test_a_records_credit_is_computed_once_and_a_subsets_metrics_are_its_own(mon
     again = credit_records(draw, 4, loss, 16)
     assert calls == [24] and all(a is records[i].credit for a, i in zip(again, (1, 2, 4)))
     alone, alone_metrics = group_credits([r.rollouts for r in draw], 4, loss, 16)
+    # The advantages come from a JAX program over 6 groups against one over 3: another shape, so
+    # float32 ulps may differ by machine; the step advantages and shaping behind the metrics are
+    # per-group numpy, so those compare exactly.
     for reused, fresh in zip(again, alone):
-        np.testing.assert_array_equal(reused.advantages, fresh.advantages)
+        np.testing.assert_allclose(reused.advantages, fresh.advantages, rtol=1e-6, atol=1e-7)
         for a, b in zip(reused.token_advantages, fresh.token_advantages):
-            np.testing.assert_array_equal(a, b)
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
     assert credit_metrics(again, loss) == alone_metrics
     assert set(alone_metrics) == {"agent/overlong_penalty_mean", "agent/gigpo_step_adv_nonzero",
                                   "agent/gigpo_step_adv_abs_mean"}
