@@ -44,7 +44,9 @@ def splash_block(length: int) -> int:
 @functools.lru_cache(maxsize=32)
 def _splash_kernel(heads: int, length: int, interpret: bool):
     """A splash-attention kernel for [heads, length, H] queries under a causal mask (cached: building
-    the mask info is numpy work at trace time)."""
+    the mask info is numpy work at trace time). Built under `ensure_compile_time_eval`, so the mask
+    arrays it holds are concrete even when the first call comes inside a trace: a cached kernel is
+    reused by later traces, where a tracer of the first would have leaked."""
     from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
     block = splash_block(length)
@@ -52,7 +54,8 @@ def _splash_kernel(heads: int, length: int, interpret: bool):
                               block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block,
                               block_kv_dq=block)
     mask = splash.MultiHeadMask([splash.CausalMask((length, length)) for _ in range(heads)])
-    return splash.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret)
+    with jax.ensure_compile_time_eval():
+        return splash.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret)
 
 
 def splash_segment_ids(key_valid: jax.Array) -> jax.Array:
