@@ -397,7 +397,8 @@ def test_sharded_sampling_equals_single_device(model, sampler, mesh_shape):
     for mode, ref in zip(modes, single):
         got = sharded_sampler.generate(placed, prompts, max_new_tokens=NEW, seed=5, **mode)
         np.testing.assert_array_equal(got.tokens, ref.tokens)
-        np.testing.assert_allclose(got.logprobs, ref.logprobs, atol=1e-5)
+        # another mesh is another program: measured 1.05e-5 on an AMD EPYC (the row tolerance's case)
+        np.testing.assert_allclose(got.logprobs, ref.logprobs, atol=ROW_LOGPROB_TOLERANCE, rtol=0)
         assert got.finish_reasons == ref.finish_reasons
         # 12 prompts on 8 slots (one per data x fsdp shard): refilled slots on every shard.
         more = prompts + [[7, 7], [50, 51, 52], [3] * 12, [90]]
