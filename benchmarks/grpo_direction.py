@@ -45,10 +45,7 @@ class MeasuredAgent:
         return getattr(self._policy, name)
 
     def _logprobs(self, state, placed) -> np.ndarray:  # [B, T], the trainer's (the update's) program
-        p = self._policy
-        if p.trains_adapters:
-            return np.asarray(p.reference_logprobs(state.frozen, placed, state.params))
-        return np.asarray(p.reference_logprobs(state.params, placed))
+        return np.asarray(self._policy.reference_logprobs(state.frozen, placed, state.params))
 
     def train(self, state, batch):
         placed = self._policy.update.place_batch(dict(batch))

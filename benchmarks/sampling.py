@@ -181,8 +181,10 @@ def time_lora_placement(sampler: Sampler, stacked, rank: int, seed: int, repeats
     adapters = init_adapters(sampler.cfg, lora, jax.random.key(seed + 1))
     adapters = jax.tree.map(lambda a: a + 0.01 if a.ndim else a, adapters)  # B != 0: a real merge
 
+    partition = lora.partition(sampler.cfg)
+
     def place(with_adapters):
-        out = sampler.prepare_params(stacked, adapters if with_adapters else None)
+        out = partition.place(sampler, adapters, stacked) if with_adapters else sampler.prepare_params(stacked)
         jax.block_until_ready(jax.tree.leaves(out.tree))
         return out
 

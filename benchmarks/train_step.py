@@ -52,7 +52,8 @@ from genenv_jax import rl
 from genenv_jax.core.bucketing import length_bucket
 from genenv_jax.models import ModelConfig, hidden_states, init_params, preset
 from genenv_jax.models.config import ATTENTION_KERNELS, REMAT_POLICIES
-from genenv_jax.models.lora import TARGETS, LoRAConfig, count_params, init_adapters, with_adapters
+from genenv_jax.models.lora import TARGETS, LoRAConfig
+from genenv_jax.models.partition import Partition
 from genenv_jax.parallel import MeshConfig, make_mesh, mesh_context
 from genenv_jax.rl.grpo import grpo_micro_batch_loss
 from genenv_jax.rl.lm_head import chunked_token_stats
@@ -160,14 +161,14 @@ def measure_peak_flops(dtype, size: int) -> float:
 
 
 def build_step(cfg: ModelConfig, rule: str, mesh, chunk_size: int, micro_batches: int,
-               lora: LoRAConfig | None = None, kl_coef: float = 0.0) -> rl.TrainStep:
+               partition: Partition | None = None, kl_coef: float = 0.0) -> rl.TrainStep:
     """The GRPO or RWR step the benchmarks measure (AdamW at lr 1e-6, default loss options)."""
     optimizer = rl.make_optimizer(rl.OptimizerConfig(learning_rate=1e-6))
     if rule == "grpo":
         return rl.make_grpo_step(cfg, optimizer, rl.GRPOConfig(chunk_size=chunk_size, kl_coef=kl_coef), mesh=mesh,
-                                 micro_batches=micro_batches, lora=lora)
+                                 micro_batches=micro_batches, partition=partition)
     return rl.make_rwr_step(cfg, optimizer, rl.RWRConfig(chunk_size=chunk_size), mesh=mesh,
-                            micro_batches=micro_batches, lora=lora)
+                            micro_batches=micro_batches, partition=partition)
 
 
 def random_batch(cfg: ModelConfig, rule: str, batch: int, seq: int, rng: np.random.RandomState) -> dict:
@@ -244,16 +245,16 @@ def model_and_params(args, mesh) -> tuple[ModelConfig, object, str]:
     return cfg, params, f"{args.preset}{'' if args.layers is None else f' ({args.layers} layers)'} (random weights)"
 
 
-def time_phases(args, cfg: ModelConfig, step: rl.TrainStep, trained, frozen, batch, mesh, lora) -> dict[str, float]:
+def time_phases(args, cfg: ModelConfig, step: rl.TrainStep, trained, frozen, batch, mesh) -> dict[str, float]:
     """Each pass of a step, and of the loop around it, jitted and timed alone (median seconds)."""
     repeats = max(1, min(args.steps, 3))
+    partition = step.weights
     logprobs = rl.make_logprobs_fn(cfg, mesh, chunk_size=args.chunk_size, micro_batches=args.micro_batches,
-                                   lora=lora)
-    base = frozen if step.trains_adapters else trained
-    adapters = trained if step.trains_adapters else None
+                                   partition=partition)
+    reference = frozen if partition.starts_at_frozen else trained  # the frozen base alone, or a full copy
     phases = {"old-policy logprobs (a recompute: the loop uses the sampler's)":
-              median_time(lambda: logprobs(base, batch, adapters), repeats)[0],
-              "reference logprobs (the base: kl_coef > 0 only)": median_time(lambda: logprobs(base, batch), repeats)[0]}
+              median_time(lambda: logprobs(frozen, batch, trained), repeats)[0],
+              "reference logprobs (kl_coef > 0 only)": median_time(lambda: logprobs(reference, batch), repeats)[0]}
 
     if args.rule == "grpo":  # the step's own loss on one micro-batch's rows, times the micro-batches
         config = rl.GRPOConfig(chunk_size=args.chunk_size, kl_coef=args.kl_coef)
@@ -261,18 +262,18 @@ def time_phases(args, cfg: ModelConfig, step: rl.TrainStep, trained, frozen, bat
         micro = {k: v[:rows] for k, v in batch.items()}
         full_mask = batch["loss_mask"]
 
-        def loss(trained_tree, base_tree):
-            model = with_adapters(base_tree, trained_tree) if step.trains_adapters else trained_tree
+        def loss(trained_tree, frozen_tree):
+            model = partition.model(trained_tree, frozen_tree)
             norms = {"norm": normalizer(full_mask, config.aggregation, config.norm_tokens),
                      "tokens": token_count(full_mask)}
-            return grpo_micro_batch_loss(cfg, config, model, micro, norms)[0]
+            return grpo_micro_batch_loss(cfg, config, model, micro, norms, partition.dropout(micro["tokens"]))[0]
 
         grad = jax.jit(jax.grad(loss))
         with mesh_context(mesh):
             phases[f"forward and backward ({args.micro_batches} micro-batches, no optimizer)"] = args.micro_batches * \
                 median_time(lambda: grad(trained, frozen), repeats)[0]
 
-    model = with_adapters(base, adapters) if adapters is not None else base
+    model = partition.model(trained, frozen)
     hidden = jax.jit(lambda p, b: hidden_states(cfg, p, b["tokens"], None, b["attention_mask"]))(model, batch)
     head = _head_pass(cfg, args.chunk_size, hidden, batch)
     with mesh_context(mesh):
@@ -308,12 +309,11 @@ def main(argv=None) -> None:
 
     mesh = mesh_from_flag(args.mesh)
     cfg, base, description = model_and_params(args, mesh)
-    lora = LoRAConfig(rank=args.lora_rank, alpha=args.lora_alpha,
-                      targets=tuple(t for t in args.lora_targets.split(",") if t)) if args.lora_rank else None
-    step = build_step(cfg, args.rule, mesh, args.chunk_size, args.micro_batches, lora, args.kl_coef)
-    adapter_params = count_params(cfg, lora) if lora else 0
-    trained_text = (f"LoRA rank {lora.rank} on {','.join(lora.targets)} ({adapter_params / 1e6:.2f}M trained) over a "
-                    f"frozen base" if lora else "full fine-tuning")
+    partition = LoRAConfig(rank=args.lora_rank, alpha=args.lora_alpha,
+                           targets=tuple(t for t in args.lora_targets.split(",") if t)).partition(cfg)
+    step = build_step(cfg, args.rule, mesh, args.chunk_size, args.micro_batches, partition, args.kl_coef)
+    adapter_params = partition.trainable_params() if partition.has_frozen else 0
+    trained_text = partition.describe() + (" over a frozen base" if partition.has_frozen else "")
     print(f"model:   {description}: {cfg.num_params():,} params, params {cfg.param_dtype}, compute {cfg.dtype}, "
           f"remat {cfg.remat_policy}, attention {cfg.attention}; {trained_text}")
 
@@ -342,21 +342,16 @@ def main(argv=None) -> None:
     print(f"tokens:  computed {computed:,}, real {real:,} (padding {100 * (1 - real / computed):.1f}%), "
           f"loss {loss_tokens:,}, LM head {head_tokens:,}")
 
-    if lora:
-        trained = jax.jit(lambda k: init_adapters(cfg, lora, k), out_shardings=step.param_shardings)(
-            jax.random.key(args.seed + 1))
-        frozen = base
-    else:
-        trained, frozen = base, None
+    trained = partition.initial_trainable(base, jax.random.key(args.seed + 1), step.param_shardings)
+    frozen = partition.frozen_of(base)
     opt_state = step.init_opt_state(trained)
     batch = step.place_batch(host_batch)
-    extra = (frozen,) if lora else ()
 
     t0 = time.perf_counter()
-    compiled = step.lower(trained, opt_state, batch, *extra).compile()
+    compiled = step.lower(trained, opt_state, batch, frozen).compile()
     print(f"compile: {time.perf_counter() - t0:.1f} s")
     with mesh_context(mesh):
-        run = lambda p, s: compiled(p, s, batch, *extra)  # noqa: E731
+        run = lambda p, s: compiled(p, s, batch, frozen)  # noqa: E731
         for _ in range(max(args.warmup, 1)):
             trained, opt_state, metrics = run(trained, opt_state)
         jax.block_until_ready(metrics)
@@ -368,7 +363,7 @@ def main(argv=None) -> None:
             times.append(time.perf_counter() - t0)
     step_time = float(np.median(times))
 
-    flops, formula = model_flops_per_step(cfg, args.batch, seq, head_tokens, frozen_base=lora is not None,
+    flops, formula = model_flops_per_step(cfg, args.batch, seq, head_tokens, frozen_base=partition.has_frozen,
                                           adapter_params=adapter_params)
     if args.peak_flops == "measure":
         peak = measure_peak_flops(cfg.jnp_dtype, 2048 if jax.default_backend() == "cpu" else 8192)
@@ -380,7 +375,7 @@ def main(argv=None) -> None:
     print(f"peak:    {peak:.4g} FLOP/s per device ({peak_source}) x {devices} devices")
     print(f"steps:   {', '.join(f'{t * 1e3:.1f}' for t in times)} ms; median {step_time * 1e3:.1f} ms")
     if args.phases:
-        for name, seconds in time_phases(args, cfg, step, trained, frozen, batch, mesh, lora).items():
+        for name, seconds in time_phases(args, cfg, step, trained, frozen, batch, mesh).items():
             print(f"phase:   {name}: {seconds * 1e3:.1f} ms ({100 * seconds / step_time:.0f}% of a step)")
     print(f"RESULT   tokens/s {computed / step_time:,.0f} computed, {real / step_time:,.0f} real | "
           f"ms per loss token {1e3 * step_time / max(loss_tokens, 1):.1f} | model TFLOP/s {flops / step_time / 1e12:.4g} | "

@@ -137,13 +137,14 @@ class RunConfig:
                 paths[f"config.domain.options.{key}"] = value
         return paths
 
-    def shares_lora_base(self) -> bool:
-        """Whether the agent and the simulator adapt one frozen base: both train LoRA adapters, start
-        from the same source (`share_agent_init`, or one model_dir) and have the same param tree
-        (dtype and layout). The loop then holds the base once; the memory plan counts it once."""
+    def shares_frozen_base(self) -> bool:
+        """Whether the agent and the simulator train over one frozen base: both partitions have a
+        frozen part (LoRA's base), start from the same source (`share_agent_init`, or one model_dir)
+        and have the same param tree (dtype and layout). The loop then holds the base once; the
+        memory plan counts it once."""
         a, s = self.agent, self.simulator
         same_source = self.share_agent_init or (bool(a.model_dir) and a.model_dir == s.model_dir)
-        return (a.lora.enabled and s.lora.enabled and same_source
+        return (a.partition().has_frozen and s.partition().has_frozen and same_source
                 and param_shapes(a.model_config()) == param_shapes(s.model_config()))
 
 

@@ -20,6 +20,7 @@ from genenv_jax.episodes.limits import EnvLimits
 from genenv_jax.models import ModelConfig, preset
 from genenv_jax.models.config import ATTENTION_KERNELS, REMAT_POLICIES
 from genenv_jax.models.lora import LoRAConfig
+from genenv_jax.models.partition import Partition
 from genenv_jax.models.loading import model_config as source_model_config
 from genenv_jax.rl import POLICY_LOSSES, GRPOConfig, OptimizerConfig, RWRConfig
 from genenv_jax.workdir.trackers import DEFAULT_TRACKERS, trackers_problem
@@ -131,6 +132,11 @@ class PolicySettings(ModelSettings):
         if self.model_dir:
             return source_model_config(self.model_dir, **layout)
         return preset(self.preset, **layout)
+
+    def partition(self, cfg: ModelConfig | None = None) -> Partition:
+        """What this policy trains (`models.partition`): everything, or with LoRA (`lora.rank` > 0)
+        adapters over a frozen base; of `cfg`, `model_config()` by default."""
+        return self.lora.partition(self.model_config() if cfg is None else cfg)
 
 
 # How the policies' defaults differ (everything else: the declarations above). The agent (GRPO,

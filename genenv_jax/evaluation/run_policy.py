@@ -1,9 +1,10 @@
 """A run's trained policy (the agent or the simulator) read back from its Orbax checkpoint.
 
-The checkpoint holds what the loop trained: full params, or under LoRA only the adapters. The
-frozen base of a LoRA policy is never saved, so it is rebuilt from the run's saved config as the
-loop builds it (`loop.weights.PolicyWeights.initial`) and checked against the digest the
-run recorded, so adapters are never merged into another base than the one they were trained on.
+The checkpoint holds what the loop trained, the trainable part of the policy's partition
+(`models.partition`: full params, or LoRA's adapters). A frozen part is never saved, so it is
+rebuilt from the run's saved config as the loop builds it (`loop.weights.PolicyWeights.initial`)
+and checked against the digest the run recorded, so a trained part is never merged into another
+base than the one it was trained on.
 Both the evaluator (`evaluation.evaluate.load_run_agent`) and the export command read policies
 through `load_run_policy`.
 """
@@ -15,7 +16,7 @@ import os
 from typing import Any, Mapping
 
 from genenv_jax.models.config import ModelConfig
-from genenv_jax.models.lora import LoRAConfig
+from genenv_jax.models.partition import Partition
 from genenv_jax.workdir import storage
 
 POLICY_NAMES = ("agent", "simulator")
@@ -25,38 +26,32 @@ RANDOM_INIT = "random init of preset"
 
 @dataclasses.dataclass
 class RunPolicy:
-    """One policy of a run at one epoch: `params` are the full params (full fine-tuning) or the
-    frozen base (LoRA, with `adapters` and their `lora` settings); `tokenizer_source` is what the
-    run's tokenizer was loaded from (`ChatText.load`: a directory, a GGUF file, or None for the
+    """One policy of a run at one epoch, as its `partition` splits it: `trainable` (restored from
+    the checkpoint) and `frozen` (rebuilt; `{}` under full fine-tuning); `tokenizer_source` is what
+    the run's tokenizer was loaded from (`ChatText.load`: a directory, a GGUF file, or None for the
     bundled Qwen2.5 one)."""
 
     name: str
     epoch: int
     cfg: ModelConfig
-    params: Any
-    adapters: Any | None
-    lora: LoRAConfig
+    partition: Partition
+    trainable: Any
+    frozen: Any
     model_source: str
     tokenizer_source: str | None
     mesh: Any = None
 
-    @property
-    def is_lora(self) -> bool:
-        return self.adapters is not None
-
     def merged(self) -> Any:
-        """The policy's weights as one param tree: the adapters folded into the base under LoRA
-        (the base's buffers are donated: read `params` before, not after)."""
-        if not self.is_lora:
-            return self.params
+        """The policy's weights as one param tree (`Partition.merged`; a frozen part's buffers are
+        donated: read `frozen` before, not after)."""
+        if not self.partition.has_frozen:
+            return self.trainable  # nothing to fold in
         import jax
 
-        from genenv_jax.models import lora
         from genenv_jax.models.partitioning import param_shardings
 
-        merge = jax.jit(lambda b, a: lora.merge(b, a, self.cfg.lora_scale),
-                        out_shardings=param_shardings(self.cfg, self.mesh), donate_argnums=0)
-        return merge(self.params, self.adapters)
+        merge = jax.jit(self.partition.merged, out_shardings=param_shardings(self.cfg, self.mesh), donate_argnums=1)
+        return merge(self.trainable, self.frozen)
 
 
 def policy_settings(snapshot: Mapping[str, Any], name: str):
@@ -94,10 +89,8 @@ def tokenizer_source(snapshot: Mapping[str, Any]) -> str | None:
 
 def load_run_policy(run_dir: str | os.PathLike, name: str = "agent", epoch: int | None = None) -> RunPolicy:
     """Policy `name` of a GenEnv run's checkpoint (default: the latest epoch), its params
-    FSDP-sharded over every device (the default mesh). A LoRA policy's base is rebuilt from the
-    saved config and must have the digest the run recorded (a ValueError naming both otherwise)."""
-    from genenv_jax.models import param_shapes
-    from genenv_jax.models.partitioning import param_shardings
+    FSDP-sharded over every device (the default mesh). A frozen base is rebuilt from the saved
+    config and must have the digest the run recorded (a ValueError naming both otherwise)."""
     from genenv_jax.parallel import MeshConfig, abstract_like, make_mesh
     from genenv_jax.workdir.checkpoints import Checkpointer
 
@@ -112,23 +105,21 @@ def load_run_policy(run_dir: str | os.PathLike, name: str = "agent", epoch: int 
         snapshot = meta["config"]
         settings = policy_settings(snapshot, name)
         cfg, mesh = settings.model_config(), make_mesh(MeshConfig())
-        policy = RunPolicy(name=name, epoch=epoch, cfg=cfg, params=None, adapters=None, lora=settings.lora,
-                           model_source=source_of(settings),
-                           tokenizer_source=tokenizer_source(snapshot), mesh=mesh)
-        if settings.lora.enabled:
-            policy.params = _checked_base(ckpt, epoch, meta, name, settings, cfg, mesh, _init_seed(snapshot, name))
-            policy.adapters = _restored_adapters(ckpt, epoch, name, settings.lora, cfg, mesh)
-        else:
-            target = abstract_like(param_shapes(cfg), param_shardings(cfg, mesh))
-            policy.params = ckpt.restore_item(epoch, f"{name}_params", target)
-        return policy
+        partition = settings.partition(cfg)
+        frozen = partition.frozen_shapes()
+        if partition.has_frozen:
+            frozen = _checked_base(ckpt, epoch, meta, name, settings, cfg, mesh, _init_seed(snapshot, name))
+        target = abstract_like(partition.trainable_shapes(), partition.trainable_shardings(mesh))
+        return RunPolicy(name=name, epoch=epoch, cfg=cfg, partition=partition,
+                         trainable=ckpt.restore_item(epoch, f"{name}_params", target), frozen=frozen,
+                         model_source=source_of(settings), tokenizer_source=tokenizer_source(snapshot), mesh=mesh)
     finally:
         ckpt.close()
 
 
 def _checked_base(ckpt, epoch: int, meta: Mapping[str, Any], name: str, settings, cfg: ModelConfig, mesh,
                   init_seed: int):
-    """A LoRA policy's frozen base rebuilt as the loop builds it, its digest checked against the
+    """A policy's frozen base rebuilt as the loop builds it, its digest checked against the
     checkpoint's record."""
     from genenv_jax.models.loading import initial_params
     from genenv_jax.workdir.checkpoint_digests import tree_digest
@@ -142,12 +133,3 @@ def _checked_base(ckpt, epoch: int, meta: Mapping[str, Any], name: str, settings
                          f"but its saved config rebuilds base {digest} ({settings.model_dir or settings.preset}); "
                          "is the model source still the one the run used?")
     return base
-
-
-def _restored_adapters(ckpt, epoch: int, name: str, lora_config: LoRAConfig, cfg: ModelConfig, mesh):
-    from genenv_jax.models import lora
-    from genenv_jax.models.partitioning import adapter_shardings
-    from genenv_jax.parallel import abstract_like
-
-    target = abstract_like(lora.adapter_shapes(cfg, lora_config), adapter_shardings(cfg, lora_config, mesh))
-    return ckpt.restore_item(epoch, f"{name}_params", target)

@@ -64,7 +64,7 @@ def write_peft(policy: RunPolicy, tokenizer: Any, directory: Path) -> list[str]:
     """The adapters as a PEFT LoRA directory naming the run's base model source."""
     from genenv_jax.models.peft_io import save_peft_adapters
 
-    save_peft_adapters(directory, policy.cfg, policy.adapters, policy.lora, base_model=policy.model_source)
+    save_peft_adapters(directory, policy.cfg, policy.trainable, policy.partition.lora, base_model=policy.model_source)
     _write_tokenizer_files(tokenizer, directory)
     return sorted(p.name for p in directory.iterdir())
 
@@ -80,7 +80,7 @@ def write_gguf_file(policy: RunPolicy, tokenizer: Any, directory: Path, gguf_typ
 
 def export_policy(policy: RunPolicy, fmt: str, directory: Path, gguf_type: str = "f16") -> dict[str, Any]:
     """Writes `policy` as `fmt` into `directory`; returns a summary for the export manifest."""
-    problem = format_problem(policy.name, fmt, policy.is_lora, policy.model_source)
+    problem = format_problem(policy.name, fmt, policy.partition.has_frozen, policy.model_source)
     if problem:
         raise ValueError(problem)
     tokenizer = run_tokenizer(policy)
@@ -91,9 +91,8 @@ def export_policy(policy: RunPolicy, fmt: str, directory: Path, gguf_type: str =
     else:
         files = write_gguf_file(policy, tokenizer, directory, gguf_type)
     summary = {"policy": policy.name, "epoch": policy.epoch, "format": fmt, "model_source": policy.model_source,
-               "lora": None if not policy.is_lora else {"rank": policy.lora.rank, "alpha": policy.lora.alpha,
-                                                         "targets": list(policy.lora.targets),
-                                                         "merged": fmt != "peft"},
+               "lora": None if not policy.partition.has_frozen else {**policy.partition.record(),
+                                                                     "merged": fmt != "peft"},
                "files": files}
     if fmt == "gguf":
         summary["gguf_type"] = gguf_type

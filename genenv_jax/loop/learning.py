@@ -173,8 +173,8 @@ def _simulator_targets(ctx: LoopContext, seeds: Sequence[Task]) -> dict[str, str
 
 def warmstart(ctx: LoopContext, policy: Policy, params, examples: Sequence[TrainRow],
               frozen=None) -> tuple[object, dict]:
-    """Supervised warm-start of one policy on its examples; returns the trained tree (params, or the
-    adapters over the frozen base `frozen` under LoRA) and the first/last loss."""
+    """Supervised warm-start of one policy on its examples; returns the trained part `params` after
+    it (over the frozen part `frozen` of the policy's partition) and the first/last loss."""
     w = ctx.config.warmstart
     steps_count = w.agent_steps if policy.name == "agent" else w.simulator_steps
     stream = STREAM_WARMSTART_AGENT if policy.name == "agent" else STREAM_WARMSTART_SIMULATOR

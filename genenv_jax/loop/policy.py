@@ -2,12 +2,15 @@
 lifecycle of its state (initial weights, abstract shapes for restore, train, warm-start SFT, sample),
 and `Placement`, its weights placed for sampling once per weights version.
 
-Full fine-tuning keeps float32 master params (small learning rates such as 1e-6 would round away
-in bfloat16); the sampler casts them to the policy's `param_dtype` (bfloat16 by default) when it
-places them. With LoRA (`lora.rank` > 0) the policy trains float32 adapters over a frozen base
-held in `param_dtype` (`PolicyState.frozen`); the sampler places the base with the adapters
-merged in, and the KL reference is the base with the adapters off (or with the warm-started
-adapters), so no reference copy of the base exists.
+What the policy trains is its `partition` (`models.partition`, from the config's `lora` section):
+the trainable part is `PolicyState.params`, the frozen part `PolicyState.frozen`, and every piece
+here (the update, the warm-start SFT, the reference logprobs, the sampler's placement) takes the
+pair the same way. Full fine-tuning keeps float32 master params (small learning rates such as 1e-6
+would round away in bfloat16) and an empty frozen part; the sampler casts them to the policy's
+`param_dtype` (bfloat16 by default) when it places them. With LoRA the trainable part is float32
+adapters over a frozen base held in `param_dtype`; the sampler places the base with the adapters
+merged in, and the KL reference of a run that was not warm-started is the frozen base alone, so no
+reference copy of the base exists.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from tqdm.auto import tqdm
 
 from genenv_jax.models import ModelConfig
 from genenv_jax.models.loading import initial_params
-from genenv_jax.models.lora import LoRAConfig, count_params, init_adapters
+from genenv_jax.models.partition import Partition
 from genenv_jax.parallel import BATCH_AXES
 from genenv_jax.rl.batches import PolicyState, TrainFn, float_metrics, step_trainer
 from genenv_jax.rl.rwr import make_sft_step
@@ -33,7 +36,7 @@ from genenv_jax.configs.run_config import PolicySettings
 from genenv_jax.sampling import SampleOutput, Sampler, SamplerParams
 
 Params = Any
-LORA_INIT_STREAM = 0x10AA  # folded into a policy's init seed for its adapters' A (distinct from the weights' draw)
+TRAINABLE_INIT_STREAM = 0x10AA  # folded into a policy's init seed for a fresh trainable part (LoRA's A)
 
 
 def copy_params(params: Params) -> Params:
@@ -47,25 +50,18 @@ class Policy:
 
     settings: PolicySettings
     cfg: ModelConfig              # training config (float32 params; under LoRA the base's param_dtype)
+    partition: Partition          # what the policy trains: its weights as (trainable, frozen)
     mesh: Mesh
     sampler: Sampler              # samples with the policy's param_dtype
     update: TrainStep             # its rule's step: GRPO (agent) or RWR (simulator), `rl.registry`
     sft_step: TrainStep | None    # plain NLL (RWR with unit weights, no KL) for the warm-start
-    reference_logprobs: Callable  # jitted fn(ref_params, batch[, adapters]) -> [B, T]
+    reference_logprobs: Callable  # jitted fn(frozen, batch, reference) -> [B, T]
     rows_multiple: int            # batch rows must be a multiple of this (micro-batches x data devices)
     needs_reference: bool         # the loss has a KL term toward the frozen reference params
 
     @property
     def name(self) -> str:
         return self.settings.name
-
-    @property
-    def lora(self) -> LoRAConfig:
-        return self.settings.lora
-
-    @property
-    def trains_adapters(self) -> bool:
-        return self.settings.lora.enabled
 
     # ----- state lifecycle -----
     def initial_params(self, init_seed: int) -> Params:
@@ -79,27 +75,26 @@ class Policy:
         return initial_params(self.cfg, self.mesh, model_dir=s.model_dir, seed=init_seed)
 
     def initial_trained(self, weights: Params, init_seed: int) -> Params:
-        """What the policy trains at the start: `weights` under full fine-tuning, fresh adapters
-        under LoRA (A uniform, B = 0: the adapted model starts exactly at its base)."""
-        if not self.trains_adapters:
-            return weights
-        init = jax.jit(lambda key: init_adapters(self.cfg, self.lora, key), out_shardings=self.update.param_shardings)
-        return init(jax.random.fold_in(jax.random.key(init_seed), LORA_INIT_STREAM))
+        """What the policy trains at the start, given its initial model `weights` (full fine-tuning:
+        the weights; LoRA: fresh adapters, A uniform and B = 0, so the model starts at its base)."""
+        key = jax.random.fold_in(jax.random.key(init_seed), TRAINABLE_INIT_STREAM)
+        return self.partition.initial_trainable(weights, key, self.update.param_shardings)
 
-    def frozen_of(self, weights: Params) -> Params | None:
-        """The frozen base the trained tree adapts: `weights` under LoRA, None under full fine-tuning."""
-        return weights if self.trains_adapters else None
+    def frozen_of(self, weights: Params) -> Params:
+        """The frozen part of the initial model `weights` (`{}` under full fine-tuning)."""
+        return self.partition.frozen_of(weights)
 
-    def new_state(self, params: Params, frozen: Params | None = None, warm_started: bool = False) -> PolicyState:
-        """Fresh optimizer state and the KL anchor: a copy of `params` under full fine-tuning; under
-        LoRA the base itself (reference None) or, after a warm-start, a copy of the adapters."""
-        reference = copy_params(params) if (warm_started or not self.trains_adapters) else None
+    def new_state(self, params: Params, frozen: Params, warm_started: bool = False) -> PolicyState:
+        """Fresh optimizer state and the KL anchor: a copy of the trained `params`, or, when the
+        untrained part leaves the frozen model as it is and nothing was warm-started, the frozen
+        part alone (reference None; LoRA's base)."""
+        reference = None if (self.partition.starts_at_frozen and not warm_started) else copy_params(params)
         return PolicyState(params=params, opt_state=self.update.init_opt_state(params), reference=reference,
                            frozen=frozen)
 
     def abstract_state(self, with_reference: bool) -> PolicyState:
         """ShapeDtypeStructs with shardings: the restore target of this policy's checkpoint items
-        (the trained tree: the adapters under LoRA; the base is not checkpointed)."""
+        (the trainable part; a frozen part is rebuilt from the config, never checkpointed)."""
         params = self.update.abstract_params()
         return PolicyState(params=params, opt_state=self.update.abstract_opt_state(),
                            reference=params if with_reference else None)
@@ -109,10 +104,8 @@ class Policy:
         """One update on a host batch (reference logprobs added when the loss needs them)."""
         placed = self.update.place_batch(dict(batch))
         if self.needs_reference:
-            placed["ref_logprobs"] = (self.reference_logprobs(state.frozen, placed, state.reference)
-                                      if self.trains_adapters else self.reference_logprobs(state.reference, placed))
-        frozen = (state.frozen,) if self.trains_adapters else ()  # LoRA: the base is the step's 4th argument
-        params, opt_state, metrics = self.update(state.params, state.opt_state, placed, *frozen)
+            placed["ref_logprobs"] = self.reference_logprobs(state.frozen, placed, state.reference)
+        params, opt_state, metrics = self.update(state.params, state.opt_state, placed, state.frozen)
         return state.replace(params=params, opt_state=opt_state), float_metrics(metrics, f"{self.name} update")
 
     def sft_trainer(self) -> TrainFn:
@@ -122,16 +115,16 @@ class Policy:
         return step_trainer(self.sft_step, f"{self.name} warm-start")
 
     def sft_state(self, params: Params, frozen: Params | None = None) -> PolicyState:
-        return PolicyState(params=params, opt_state=self.sft_step.init_opt_state(params), frozen=frozen)
+        """A warm-start state of the trained part `params` over `frozen` (None: no frozen part)."""
+        return PolicyState(params=params, opt_state=self.sft_step.init_opt_state(params),
+                           frozen={} if frozen is None else frozen)
 
     # ----- sampling -----
     def place(self, state: PolicyState) -> SamplerParams:
-        """The sampler's copy of a policy state's model (adapters merged into the base under LoRA):
-        a full cast or merge of the model, so the epoch does it once per weights version
-        (`Placement`) and every sampler call of that version shares the copy."""
-        if self.trains_adapters:
-            return self.sampler.prepare_params(state.frozen, state.params)
-        return self.sampler.prepare_params(state.params)
+        """The sampler's copy of a policy state's model (`Partition.place`: a cast, or LoRA's adapters
+        merged into the base): a full pass over the model, so the epoch does it once per weights
+        version (`Placement`) and every sampler call of that version shares the copy."""
+        return self.partition.place(self.sampler, state.params, state.frozen)
 
     def sample(self, weights: Placement, prompts: Sequence[Sequence[int]], seed: int,
                stop_tokens: Sequence[int], progress=None, retain: bool = False) -> SampleOutput:
@@ -195,20 +188,19 @@ def build_policy(settings: PolicySettings, mesh: Mesh, sampler: Sampler, *,
     train_settings = settings.train
     loss = train_settings.loss
     opt = make_optimizer(settings.optimizer)
-    micro, lora = train_settings.micro_batches, settings.lora
+    micro, partition = train_settings.micro_batches, settings.partition(cfg)
     make_step = POLICY_LOSSES.get(settings.rule).make_step  # the update rule, by name (`rl.registry`)
-    update = make_step(cfg, opt, loss, mesh=mesh, micro_batches=micro, lora=lora)
+    update = make_step(cfg, opt, loss, mesh=mesh, micro_batches=micro, partition=partition)
     needs_reference = loss.needs_reference
     sft = None
     if warmstart_lr is not None:
-        sft = make_sft_step(cfg, warmstart_lr, chunk_size=loss.chunk_size, mesh=mesh, micro_batches=micro, lora=lora)
+        sft = make_sft_step(cfg, warmstart_lr, chunk_size=loss.chunk_size, mesh=mesh, micro_batches=micro,
+                            partition=partition)
     reference = make_logprobs_fn(cfg, mesh, chunk_size=loss.chunk_size, temperature=loss.temperature,
-                                 micro_batches=micro, lora=lora)
+                                 micro_batches=micro, partition=partition)
     batch_devices = math.prod(mesh.shape[a] for a in BATCH_AXES)
-    trained = (f"LoRA rank {lora.rank} on {','.join(lora.targets)}: {count_params(cfg, lora) / 1e6:.2f}M trained"
-               if lora.enabled else "full fine-tuning")
-    logging.info("%s: %s, %.1fM params, %s, update rule %s", settings.name, cfg, cfg.num_params() / 1e6, trained,
-                 settings.rule)
-    return Policy(settings=settings, cfg=cfg, mesh=mesh, sampler=sampler, update=update, sft_step=sft,
-                  reference_logprobs=reference, rows_multiple=micro * batch_devices,
+    logging.info("%s: %s, %.1fM params, %s, update rule %s", settings.name, cfg, cfg.num_params() / 1e6,
+                 partition.describe(), settings.rule)
+    return Policy(settings=settings, cfg=cfg, partition=partition, mesh=mesh, sampler=sampler, update=update,
+                  sft_step=sft, reference_logprobs=reference, rows_multiple=micro * batch_devices,
                   needs_reference=needs_reference)

@@ -1,24 +1,25 @@
 """Both policies' weights, apart from the epoch that trains them: the agent's and the simulator's
-compiled pieces (`Policy`), their initial weights, the LoRA base both may share, their KL
+compiled pieces (`Policy`), their initial weights, the frozen base both may share, their KL
 references, the warm-start and its cache, the restore targets of a checkpoint and the patching of
-a resumed state (what is rebuilt rather than saved).
+a resumed state (what is rebuilt rather than saved). Each policy's weights are its partition's
+pair (`models.partition`: trainable, frozen); nothing here asks which partition it is.
 
 The epoch (`loop.coevolution`) only reads and replaces `PolicyState`s; everything that decides
 what those states start as, or how a checkpoint becomes one again, is here, in one place.
 
 - **Initial weights** (`initial`): the config's model source (an HF dir, a GGUF file or a random
   init of the preset), drawn from `init_seed` (the simulator from `init_seed + 1` unless it shares
-  the agent's init). Under full fine-tuning a shared init is copied (each policy's step donates its
-  own buffers); under LoRA one frozen base is held once when both policies adapt the same source in
-  the same dtype and layout (`RunConfig.shares_lora_base`).
+  the agent's init). When the weights are trained whole (full fine-tuning) a shared init is copied
+  (each policy's step donates its own buffers); one frozen base (LoRA's) is held once when both
+  policies adapt the same source in the same dtype and layout (`RunConfig.shares_frozen_base`).
 - **References**: the KL anchor is a copy of the starting trained tree (full fine-tuning: the
-  initial weights; LoRA after a warm-start: the warm-started adapters), or under LoRA without a
-  warm-start the base itself with the adapters off (no copy).
+  initial weights; LoRA after a warm-start: the warm-started adapters), or, when the untrained part
+  leaves the frozen model as it is and nothing was warm-started, the frozen part alone (no copy).
 - **Warm-start**: SFT of each policy with steps > 0 (`loop.learning.warmstart`), or its weights
   from `warmstart.cache_dir` (`loop.warmstart_cache`), keyed by everything the SFT reads.
 - **Resume**: checkpoints hold the trained trees, optimizer states and (after a warm-start) the
-  references; the frozen LoRA bases and the references of runs that were not warm-started are
-  rebuilt from the config, after checking that a LoRA base is the one the adapters were trained on.
+  references; the frozen parts and the references of runs that were not warm-started are rebuilt
+  from the config, after checking that a frozen base is the one the trained part was trained on.
 """
 
 from __future__ import annotations
@@ -69,15 +70,15 @@ class PolicyWeights:
 
     # ------------------------------------------------------------------ a fresh run
     def initial(self) -> tuple[Params, Params]:
-        """(agent, simulator) model weights as the config defines them, before any training: the
-        full params, or under LoRA the frozen bases. A LoRA base is held once when both policies
-        start from the same source (`share_agent_init`, or one model_dir) in the same dtype and layout."""
+        """(agent, simulator) model weights as the config defines them, before any training (each
+        policy's partition splits them). A frozen base is held once when both policies start from
+        the same source (`share_agent_init`, or one model_dir) in the same dtype and layout."""
         config, agent, simulator = self.config, self.agent, self.simulator
         weights = agent.initial_params(config.init_seed)
-        if config.share_agent_init and not agent.trains_adapters and not simulator.trains_adapters:
-            return weights, copy_params(weights)  # full fine-tuning trains (and donates) each copy
-        if config.shares_lora_base():
-            return weights, weights  # one base: both policies' trained trees are adapters over it
+        if config.share_agent_init and not agent.partition.has_frozen and not simulator.partition.has_frozen:
+            return weights, copy_params(weights)  # trained whole: each policy trains (and donates) its copy
+        if config.shares_frozen_base():
+            return weights, weights  # one frozen base under both policies' trained parts
         return weights, simulator.initial_params(config.init_seed if config.share_agent_init else config.init_seed + 1)
 
     def fresh_state(self) -> LoopState:
@@ -102,11 +103,12 @@ class PolicyWeights:
                          warm_started=any(warmed.values()), bases=bases)
 
     def base_records(self, weights: Mapping[str, Params]) -> dict[str, dict]:
-        """name -> {digest, source, dtype} of each LoRA policy's frozen base (one digest per shared base)."""
+        """name -> {digest, source, dtype} of each policy's frozen base, for those that have one (one
+        digest per shared base)."""
         digests: dict[int, str] = {}
         out = {}
         for name, policy in self.policies.items():
-            if policy.trains_adapters:
+            if policy.partition.has_frozen:
                 base = weights[name]
                 digest = digests.setdefault(id(base), tree_digest(base))
                 s = policy.settings
@@ -114,7 +116,7 @@ class PolicyWeights:
                              "dtype": s.param_dtype}
         return out
 
-    def _warmstart(self, policy: Policy, params: Params, rows: list[TrainRow], frozen: Params | None,
+    def _warmstart(self, policy: Policy, params: Params, rows: list[TrainRow], frozen: Params,
                    base: dict | None) -> tuple[Params, dict]:
         """SFT of one policy on its warm-start rows, or its weights from `warmstart.cache_dir`."""
         def train():
@@ -132,17 +134,18 @@ class PolicyWeights:
         return {name: p.abstract_state(with_reference=True) for name, p in self.policies.items()}
 
     def resume(self, state: LoopState, directory: Any) -> None:
-        """Completes a restored `state` in place with what checkpoints do not hold: the frozen LoRA
-        bases (never saved) and the references of a run that was not warm-started (its initial
-        weights); refuses adapters over a base other than the one they were trained on."""
-        if state.agent.reference is not None and not any(p.trains_adapters for p in self.policies.values()):
-            return  # full fine-tuning after a warm-start: the references were saved
+        """Completes a restored `state` in place with what checkpoints do not hold: the frozen parts
+        (never saved) and the references of a run that was not warm-started (its initial trained
+        part, unless that is the frozen part alone); refuses a trained part over another base than
+        the one it was trained on."""
+        policies = self.policies.values()
+        if all(state.policy(n).reference is not None for n in POLICIES) and not any(p.partition.has_frozen
+                                                                                   for p in policies):
+            return  # trained whole after a warm-start: the references were saved, nothing is frozen
         weights = dict(zip(POLICIES, self.initial()))
         check_bases(directory, state, self.base_records(weights))
         for name, policy in self.policies.items():
-            restored = state.policy(name)
-            if policy.trains_adapters:
-                restored = restored.replace(frozen=weights[name])
-            elif restored.reference is None:
+            restored = state.policy(name).replace(frozen=policy.frozen_of(weights[name]))
+            if restored.reference is None and not policy.partition.starts_at_frozen:
                 restored = restored.replace(reference=weights[name])
             setattr(state, name, restored)

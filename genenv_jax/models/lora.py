@@ -1,5 +1,7 @@
-"""LoRA adapters on the decoder's projections: the adapter tree, its init and logical axes, and
-merging it into (or laying it beside) the base params.
+"""LoRA adapters on the decoder's projections: the adapter tree, its init and logical axes,
+merging it into (or laying it beside) the base params, and `AdapterPartition`, LoRA as a
+partition of the weights (`models.partition`: the adapters trainable, the base frozen), the one
+place the training step, the policy, its state, checkpoints and the sampler learn about LoRA.
 
 An adapter on projection W (x @ W) adds scale * (x @ A) @ B, with A [in, r], B [r, out] and
 scale = alpha / r (`ModelConfig.lora_scale`). The adapter leaves sit beside their kernels in the
@@ -16,26 +18,29 @@ Shapes (L layers, D hidden, N / K heads, H head dim, F MLP width, r rank):
 Adapters are float32 whatever the base's dtype.
 
 Dropout (`LoRAConfig.dropout`, PEFT's `lora_dropout`) drops the input of each adapter's low-rank
-branch, x -> A, independently per target, in training steps only: `with_dropout` lays a per-layer
-key and the rate beside the adapters of the tree a training step differentiates, and
-`primitives.lora_input` applies them. Every other tree (sampling, reference and old logprobs,
-evaluation) carries none, so it is the adapted model without dropout. The key is a hash of the
-micro-batch's tokens, so a step is a pure function of its inputs and a resumed run repeats it bit
-for bit.
+branch, x -> A, independently per target, in training steps only: `AdapterPartition.dropout` makes
+a key per layer and adapted block and the rate (`layer_dropout`), an argument of the training
+forward scanned beside the layers (never a leaf of the weights), and `projection_delta` applies
+it. Every other forward (sampling, reference and old logprobs, evaluation) gets none, so it is the
+adapted model without dropout. The key is a hash of the micro-batch's tokens, so a step is a pure
+function of its inputs and a resumed run repeats it bit for bit.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import PartitionSpec
+from jax.sharding import Mesh, PartitionSpec
 
 from genenv_jax.core.config_checks import KeyProblem, check_fields, setting
 from genenv_jax.models.config import ModelConfig
+from genenv_jax.models.partition import Partition
+from genenv_jax.models.partitioning import param_shardings, shardings_of
 
 Params = Any
 TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
@@ -86,6 +91,11 @@ class LoRAConfig:
         """alpha / rank, the multiplier of every delta (1.0 without adapters)."""
         return self.alpha / self.rank if self.rank else 1.0
 
+    def partition(self, cfg: ModelConfig) -> Partition:
+        """How a policy of model `cfg` splits its weights: the adapters trainable over a frozen base,
+        or (rank 0) everything trainable (`models.partition`)."""
+        return AdapterPartition(cfg, self) if self.enabled else Partition(cfg)
+
 
 def _shapes_and_axes(cfg: ModelConfig, target: str, rank: int) -> tuple[tuple, tuple, tuple, tuple]:
     """(A shape, B shape, A logical axes, B logical axes) of one target, without the layers axis."""
@@ -120,6 +130,12 @@ def adapter_logical_axes(cfg: ModelConfig, lora: LoRAConfig) -> Params:
         tree[BLOCK_OF[t]][f"{t}_lora_a"] = PartitionSpec("layers", *a_axes)
         tree[BLOCK_OF[t]][f"{t}_lora_b"] = PartitionSpec("layers", *b_axes)
     return {"layers": {k: v for k, v in tree.items() if v}}
+
+
+def adapter_shardings(cfg: ModelConfig, lora: LoRAConfig, mesh: Mesh,
+                      rules: Sequence[tuple[str, Any]] | None = None) -> Params:
+    """A NamedSharding per adapter leaf (the tree of `adapter_shapes`), by the params' rules."""
+    return shardings_of(adapter_logical_axes(cfg, lora), adapter_shapes(cfg, lora), mesh, rules)
 
 
 def init_adapters(cfg: ModelConfig, lora: LoRAConfig, rng: jax.Array) -> Params:
@@ -162,9 +178,13 @@ def split_adapters(params: Params) -> tuple[Params, Params]:
     return {**params, "layers": layers}, ({"layers": adapters} if adapters else {})
 
 
-# Leaves `with_dropout` adds to a block with adapters: raw PRNG key data [L, 2] and the rate [L].
-DROPOUT_KEY, DROPOUT_RATE = "lora_dropout_key", "lora_dropout_rate"
-DROPOUT_LEAVES = (DROPOUT_KEY, DROPOUT_RATE)
+# The training forward's dropout (`AdapterPartition.dropout`): per adapted block, a PRNG key and the
+# rate per layer, {"attn" | "mlp": {"key": [L, 2] uint32, "rate": [L] float32}}. It is an argument
+# of the forward (`models.qwen2.hidden_states(..., dropout=)`), scanned with the layers, never a
+# leaf of the weights. A block's key is folded with its index among the layer's sorted blocks
+# (attn 0, input_norm 1, mlp 2, post_attn_norm 3), so the masks are those of runs whose steps laid
+# the keys inside the weights, and such a run resumes bit for bit.
+DROPOUT_BLOCKS = {"attn": 0, "mlp": 2}
 
 
 def tokens_key(tokens: jax.Array, seed: int = 0x10AD) -> jax.Array:
@@ -176,44 +196,88 @@ def tokens_key(tokens: jax.Array, seed: int = 0x10AD) -> jax.Array:
     return jax.random.fold_in(jax.random.key(seed), digest)
 
 
-def with_dropout(params: Params, key: jax.Array, rate: float) -> Params:
-    """The tree (base with adapters) with a dropout key and rate beside every block's adapters:
-    one key per layer and block (`DROPOUT_LEAVES`); `rate` 0 returns the tree as it is."""
-    if rate == 0.0:
-        return params
-    layers = dict(params["layers"])
-    for i, (block, leaves) in enumerate(sorted(layers.items())):
-        if not isinstance(leaves, Mapping) or not any(k.endswith("_lora_a") for k in leaves):
-            continue
-        num_layers = next(iter(leaves.values())).shape[0]
-        keys = jax.random.split(jax.random.fold_in(key, i), num_layers)
-        layers[block] = {**leaves, DROPOUT_KEY: jax.random.key_data(keys),
-                         DROPOUT_RATE: jnp.full((num_layers,), rate, jnp.float32)}
-    return {**params, "layers": layers}
+def layer_dropout(lora: LoRAConfig, num_layers: int, key: jax.Array) -> Params | None:
+    """The dropout of one training forward: a key per layer and adapted block, and the rate
+    (None when `lora.dropout` is 0 or nothing is adapted)."""
+    if not lora.dropout:
+        return None
+    blocks = [b for b in DROPOUT_BLOCKS if any(BLOCK_OF[t] == b for t in lora.targets)]
+    out = {}
+    for block in blocks:
+        keys = jax.random.split(jax.random.fold_in(key, DROPOUT_BLOCKS[block]), num_layers)
+        out[block] = {"key": jax.random.key_data(keys), "rate": jnp.full((num_layers,), lora.dropout, jnp.float32)}
+    return out or None
 
 
-def dropout_input(block: Params, target: str, x: jax.Array) -> jax.Array:
-    """x with `block`'s adapter dropout applied for `target` (its own mask), or x when the block
-    carries no dropout leaves (every tree but a training step's)."""
-    key = block.get(DROPOUT_KEY)
-    if key is None:
+def dropout_input(dropout: Params | None, target: str, x: jax.Array) -> jax.Array:
+    """x with one layer's block `dropout` ({"key", "rate"}) applied for `target` (its own mask), or
+    x when there is none (every forward but a training step's)."""
+    if dropout is None:
         return x
-    rate = block[DROPOUT_RATE]
-    target_key = jax.random.fold_in(jax.random.wrap_key_data(key), TARGETS.index(target))
+    rate = dropout["rate"]
+    target_key = jax.random.fold_in(jax.random.wrap_key_data(dropout["key"]), TARGETS.index(target))
     keep = jax.random.bernoulli(target_key, 1.0 - rate, x.shape)
     return jnp.where(keep, x / (1.0 - rate).astype(x.dtype), jnp.zeros((), x.dtype))
 
 
-def fold_dropout_key(leaves: Params, index: jax.Array) -> Params:
-    """A block's leaves with its dropout key folded with `index` (one mask per chunk of a chunked
-    MLP); leaves without dropout are returned as they are."""
-    if DROPOUT_KEY not in leaves:
-        return leaves
-    key = jax.random.fold_in(jax.random.wrap_key_data(leaves[DROPOUT_KEY]), index)
-    return {**leaves, DROPOUT_KEY: jax.random.key_data(key)}
+@jax.custom_vjp
+def low_rank_product(x: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
+    """(x @ a) @ b for x [M, I], a [I, r], b [r, O] -> [M, O], with a backward pass written out.
+
+    Autodiff's own backward forms the gradients of a and b as contractions over the M rows of the
+    big [M, I] / [M, O] arrays, and XLA's CPU backend then transposes those arrays (fused into the
+    elementwise backward that produces them, at ~30 ns an element): measured on the real 0.5B, the
+    LoRA backward cost twice a frozen base's. Here each contraction over M puts the rank-r operand
+    first and transposes only the [r, I] result, with the same sums."""
+    return (x @ a) @ b
 
 
-def delta(target: str, a: jax.Array, b: jax.Array) -> jax.Array:
+def _low_rank_forward(x, a, b):
+    low = x @ a  # [M, r]
+    return low @ b, (x, a, b, low)
+
+
+def _low_rank_backward(residuals, d_out):
+    x, a, b, low = residuals
+    d_low = jnp.einsum("mo,ro->mr", d_out, b)  # [M, r]
+    d_b = jnp.einsum("mr,mo->ro", low, d_out)  # [r, O]
+    d_a = jnp.einsum("mr,mi->ri", d_low, x).T  # [I, r]: the [r, I] product, then a small transpose
+    d_x = jnp.einsum("mr,ir->mi", d_low, a)  # [M, I]
+    return d_x, d_a, d_b
+
+
+low_rank_product.defvjp(_low_rank_forward, _low_rank_backward)
+
+
+def projection_delta(cfg: ModelConfig, block: Params, target: str, x: jax.Array,
+                     dropout: Params | None = None) -> jax.Array | float:
+    """scale * (dropout(x) @ A) @ B of `target`'s adapter in `block`, or 0.0 when the tree carries
+    none (the base model). x [..., *in] with `in` A's leading dims ([D], or [N, H] for o); returns
+    [..., *out] with `out` B's trailing dims. `dropout`: this layer's block dropout, or None."""
+    a = block.get(f"{target}_lora_a")
+    if a is None:
+        return 0.0
+    dt, b = cfg.jnp_dtype, block[f"{target}_lora_b"]
+    x = dropout_input(dropout, target, x)
+    lead = x.shape[:x.ndim - (a.ndim - 1)]
+    rows = x.reshape(-1, math.prod(a.shape[:-1]))  # [M, I]
+    out = low_rank_product(rows, a.reshape(-1, a.shape[-1]).astype(dt), b.reshape(b.shape[0], -1).astype(dt))
+    return cfg.lora_scale * out.reshape(*lead, *b.shape[1:])
+
+
+def output_delta(cfg: ModelConfig, attn: Params, out: jax.Array, dropout: Params | None = None) -> jax.Array | float:
+    """The o projection's adapter delta for attention output `out` [B, K, G, T, H] -> [B, T, D]
+    (0.0 without one). The dropout mask is drawn in `out`'s layout, then the heads are laid out
+    [B, T, N, H] for A [N, H, r]."""
+    if "o_lora_a" not in attn:
+        return 0.0
+    batch, kv_heads, groups, length, head_dim = out.shape
+    dropped = dropout_input(dropout, "o", out)
+    heads = dropped.transpose(0, 3, 1, 2, 4).reshape(batch, length, kv_heads * groups, head_dim)  # [B, T, N, H]
+    return projection_delta(cfg, attn, "o", heads)
+
+
+def weight_delta(target: str, a: jax.Array, b: jax.Array) -> jax.Array:
     """The weight delta A @ B of one target in its kernel's layout (without the layers axis)."""
     if target in ("q", "k", "v"):
         return jnp.einsum("dr,rkh->dkh", a, b)
@@ -232,7 +296,7 @@ def merge_layer(layer: Params, adapter_layer: Params, scale: float) -> Params:
         for name in (n for n in found if n.endswith("_lora_a")):
             target = name[: -len("_lora_a")]
             kernel = merged[f"{target}_kernel"]
-            update = delta(target, found[name], found[f"{target}_lora_b"])
+            update = weight_delta(target, found[name], found[f"{target}_lora_b"])
             merged[f"{target}_kernel"] = (kernel.astype(jnp.float32) + scale * update).astype(kernel.dtype)
         out[block] = merged
     return out
@@ -249,6 +313,70 @@ def merge(params: Params, adapters: Params, scale: float) -> Params:
 def count_params(cfg: ModelConfig, lora: LoRAConfig) -> int:
     """Trainable adapter parameters."""
     return sum(math.prod(s.shape) for s in jax.tree.leaves(adapter_shapes(cfg, lora))) if lora.enabled else 0
+
+
+@dataclasses.dataclass(frozen=True)
+class AdapterPartition(Partition):
+    """LoRA: the adapters are the trainable part (float32, `init_adapters`), the base model is the
+    frozen part (in its param dtype, never updated, donated or saved). The forward runs the base
+    with the adapters laid beside its kernels; the sampler places each layer merged
+    (W + scale * A @ B); the KL anchor of a run that was not warm-started is the base itself."""
+
+    lora: LoRAConfig = LoRAConfig()
+
+    @property
+    def has_frozen(self) -> bool:
+        return True
+
+    @property
+    def starts_at_frozen(self) -> bool:
+        return True  # B = 0: fresh adapters leave the base as it is
+
+    def describe(self) -> str:
+        return (f"LoRA rank {self.lora.rank} on {','.join(self.lora.targets)}: "
+                f"{self.trainable_params() / 1e6:.2f}M trained")
+
+    def record(self) -> dict[str, Any]:
+        return {"rank": self.lora.rank, "alpha": self.lora.alpha, "targets": list(self.lora.targets)}
+
+    def trainable_shapes(self) -> Params:
+        return adapter_shapes(self.cfg, self.lora)
+
+    def frozen_shapes(self) -> Params:
+        return Partition(self.cfg).trainable_shapes()
+
+    def trainable_shardings(self, mesh: Mesh, rules: Sequence[tuple[str, Any]] | None = None) -> Params:
+        return adapter_shardings(self.cfg, self.lora, mesh, rules)
+
+    def frozen_shardings(self, mesh: Mesh, rules: Sequence[tuple[str, Any]] | None = None) -> Params:
+        return param_shardings(self.cfg, mesh, rules)
+
+    def initial_trainable(self, weights: Params, key: jax.Array, shardings: Params | None = None) -> Params:
+        del weights
+        return jax.jit(lambda k: init_adapters(self.cfg, self.lora, k), out_shardings=shardings)(key)
+
+    def frozen_of(self, weights: Params) -> Params:
+        return weights
+
+    def model(self, trainable: Params | None, frozen: Params) -> Params:
+        return with_adapters(frozen, trainable)
+
+    def dropout(self, tokens: jax.Array) -> Params | None:
+        return layer_dropout(self.lora, self.cfg.num_layers, tokens_key(tokens))
+
+    def merged(self, trainable: Params, frozen: Params) -> Params:
+        return merge(frozen, trainable, self.cfg.lora_scale)
+
+    def place(self, sampler: Any, trainable: Params, frozen: Params) -> Any:
+        return sampler.prepare_params(frozen, layer_update=(merge_layer_update(self.cfg.lora_scale),
+                                                            trainable["layers"]))
+
+
+@functools.cache
+def merge_layer_update(scale: float):
+    """`Sampler.prepare_params`'s per-layer update that folds a layer's adapters into its kernels
+    (one function per scale, so the sampler compiles its program once)."""
+    return functools.partial(merge_layer, scale=scale)
 
 
 def targets_of(adapters: Params) -> Sequence[str]:

@@ -8,7 +8,6 @@ import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from genenv_jax.models.config import ModelConfig
-from genenv_jax.models.lora import LoRAConfig, adapter_logical_axes, adapter_shapes
 from genenv_jax.models.params import Params, param_logical_axes, param_shapes
 from genenv_jax.parallel.mesh import logical_to_spec
 
@@ -17,12 +16,6 @@ def param_shardings(cfg: ModelConfig, mesh: Mesh, rules: Sequence[tuple[str, Any
     """A NamedSharding per param (same tree as `init_params`), from its logical axes and `rules`
     (default `parallel.LOGICAL_RULES`); mesh axes that do not divide a dimension are dropped."""
     return shardings_of(param_logical_axes(cfg), param_shapes(cfg), mesh, rules)
-
-
-def adapter_shardings(cfg: ModelConfig, lora: LoRAConfig, mesh: Mesh,
-                      rules: Sequence[tuple[str, Any]] | None = None) -> Params:
-    """A NamedSharding per LoRA adapter leaf (the tree of `lora.adapter_shapes`), by the same rules."""
-    return shardings_of(adapter_logical_axes(cfg, lora), adapter_shapes(cfg, lora), mesh, rules)
 
 
 def shardings_of(logical: Params, shapes: Params, mesh: Mesh, rules: Sequence[tuple[str, Any]] | None = None) -> Params:

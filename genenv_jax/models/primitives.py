@@ -10,7 +10,6 @@ G query heads per kv head, H head dim, F MLP width, V vocabulary.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 import jax
@@ -69,64 +68,29 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     return (x32 * cos + rotated * sin).astype(x.dtype)
 
 
-@jax.custom_vjp
-def low_rank_product(x: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
-    """(x @ a) @ b for x [M, I], a [I, r], b [r, O] -> [M, O], with a backward pass written out.
-
-    Autodiff's own backward forms the gradients of a and b as contractions over the M rows of the
-    big [M, I] / [M, O] arrays, and XLA's CPU backend then transposes those arrays (fused into the
-    elementwise backward that produces them, at ~30 ns an element): measured on the real 0.5B, the
-    LoRA backward cost twice a frozen base's. Here each contraction over M puts the rank-r operand
-    first and transposes only the [r, I] result, with the same sums."""
-    return (x @ a) @ b
 
 
-def _low_rank_forward(x, a, b):
-    low = x @ a  # [M, r]
-    return low @ b, (x, a, b, low)
-
-
-def _low_rank_backward(residuals, d_out):
-    x, a, b, low = residuals
-    d_low = jnp.einsum("mo,ro->mr", d_out, b)  # [M, r]
-    d_b = jnp.einsum("mr,mo->ro", low, d_out)  # [r, O]
-    d_a = jnp.einsum("mr,mi->ri", d_low, x).T  # [I, r]: the [r, I] product, then a small transpose
-    d_x = jnp.einsum("mr,ir->mi", d_low, a)  # [M, I]
-    return d_x, d_a, d_b
-
-
-low_rank_product.defvjp(_low_rank_forward, _low_rank_backward)
-
-
-def lora_delta(cfg: ModelConfig, block: Params, target: str, x: jax.Array) -> jax.Array | float:
-    """scale * (x @ A) @ B of `target`'s adapter in `block` (models/lora.py), or 0.0 when the tree
-    carries none: the base model. x [..., *in] with `in` A's leading dims ([D], or [N, H] for o);
-    returns [..., *out] with `out` B's trailing dims. The adapter's dropout, if the tree carries
-    one, applies to x as given."""
-    a = block.get(f"{target}_lora_a")
-    if a is None:
-        return 0.0
-    dt, b = cfg.jnp_dtype, block[f"{target}_lora_b"]
-    x = lora.dropout_input(block, target, x)
-    lead = x.shape[:x.ndim - (a.ndim - 1)]
-    rows = x.reshape(-1, math.prod(a.shape[:-1]))  # [M, I]
-    out = low_rank_product(rows, a.reshape(-1, a.shape[-1]).astype(dt), b.reshape(b.shape[0], -1).astype(dt))
-    return cfg.lora_scale * out.reshape(*lead, *b.shape[1:])
+def adapted(cfg: ModelConfig, block: Params, target: str, y: jax.Array, x: jax.Array,
+            dropout: Params | None) -> jax.Array:
+    """y, the projection of x by `target`'s kernel in `block`, plus the low-rank delta of the adapter
+    the block carries for it (models/lora.py; none: y as it is). `dropout`: the training forward's
+    dropout of this layer's block, or None."""
+    return y + lora.projection_delta(cfg, block, target, x, dropout)
 
 
 def project_qkv(cfg: ModelConfig, attn: Params, x: jax.Array, cos: jax.Array, sin: jax.Array,
-                ) -> tuple[jax.Array, jax.Array, jax.Array]:
+                dropout: Params | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
     """x [B, T, D] -> q [B, T, N, H] and k, v [B, K, T, H] (projections with bias; RoPE on q, k).
 
     k and v come kv-head-major, the layout of the KV cache and of `grouped_query_attention`.
     """
     dt = cfg.jnp_dtype
-    q = (jnp.einsum("btd,dnh->btnh", x, attn["q_kernel"].astype(dt)) + attn["q_bias"].astype(dt)
-         + lora_delta(cfg, attn, "q", x))
-    k = (jnp.einsum("btd,dkh->btkh", x, attn["k_kernel"].astype(dt)) + attn["k_bias"].astype(dt)
-         + lora_delta(cfg, attn, "k", x))
-    v = (jnp.einsum("btd,dkh->btkh", x, attn["v_kernel"].astype(dt)) + attn["v_bias"].astype(dt)
-         + lora_delta(cfg, attn, "v", x))
+    q = adapted(cfg, attn, "q", jnp.einsum("btd,dnh->btnh", x, attn["q_kernel"].astype(dt)) + attn["q_bias"].astype(dt),
+                x, dropout)
+    k = adapted(cfg, attn, "k", jnp.einsum("btd,dkh->btkh", x, attn["k_kernel"].astype(dt)) + attn["k_bias"].astype(dt),
+                x, dropout)
+    v = adapted(cfg, attn, "v", jnp.einsum("btd,dkh->btkh", x, attn["v_kernel"].astype(dt)) + attn["v_bias"].astype(dt),
+                x, dropout)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     return q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
 
@@ -151,7 +115,7 @@ def grouped_query_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: Mask
     return kernel(q, k, v, mask)
 
 
-def attention_output(cfg: ModelConfig, attn: Params, out: jax.Array) -> jax.Array:
+def attention_output(cfg: ModelConfig, attn: Params, out: jax.Array, dropout: Params | None = None) -> jax.Array:
     """out [B, K, G, T, H] -> [B, T, D]; the kernel [N, H, D] is viewed as [K, G, H, D] (no copy)."""
     kernel = attn["o_kernel"].astype(cfg.jnp_dtype)
     batch, kv_heads, groups, length, head_dim = out.shape
@@ -159,42 +123,43 @@ def attention_output(cfg: ModelConfig, attn: Params, out: jax.Array) -> jax.Arra
         y = (out.reshape(batch, -1) @ kernel.reshape(-1, kernel.shape[-1]))[:, None, :]
     else:
         y = jnp.einsum("bkgth,kghd->btd", out, kernel.reshape(kv_heads, groups, *kernel.shape[1:]))
-    if "o_lora_a" not in attn:
-        return y
-    dropped = lora.dropout_input(attn, "o", out)  # the mask in the kernel's [B, K, G, T, H] layout
-    heads = dropped.transpose(0, 3, 1, 2, 4).reshape(batch, length, kv_heads * groups, head_dim)  # [B, T, N, H]
-    return y + lora_delta(cfg, {k: v for k, v in attn.items() if k not in lora.DROPOUT_LEAVES}, "o", heads)
+    return y + lora.output_delta(cfg, attn, out, dropout)  # the o adapter's delta, if the tree carries one
 
 
-def mlp(cfg: ModelConfig, mlp_params: Params, x: jax.Array, constrain: Constrain = no_constraint) -> jax.Array:
+def mlp(cfg: ModelConfig, mlp_params: Params, x: jax.Array, constrain: Constrain = no_constraint,
+        dropout: Params | None = None) -> jax.Array:
     """SwiGLU feed-forward: down(silu(gate(x)) * up(x)); x [B, T, D] -> [B, T, D]."""
     dt = cfg.jnp_dtype
-    gate = jnp.einsum("btd,df->btf", x, mlp_params["gate_kernel"].astype(dt)) + lora_delta(cfg, mlp_params, "gate", x)
-    up = jnp.einsum("btd,df->btf", x, mlp_params["up_kernel"].astype(dt)) + lora_delta(cfg, mlp_params, "up", x)
+    gate = adapted(cfg, mlp_params, "gate", jnp.einsum("btd,df->btf", x, mlp_params["gate_kernel"].astype(dt)), x, dropout)
+    up = adapted(cfg, mlp_params, "up", jnp.einsum("btd,df->btf", x, mlp_params["up_kernel"].astype(dt)), x, dropout)
     hidden = constrain(jax.nn.silu(gate) * up, MLP_ACTIVATION_AXES)  # [B, T, F]
-    return (jnp.einsum("btf,fd->btd", hidden, mlp_params["down_kernel"].astype(dt))
-            + lora_delta(cfg, mlp_params, "down", hidden))
+    return adapted(cfg, mlp_params, "down", jnp.einsum("btf,fd->btd", hidden, mlp_params["down_kernel"].astype(dt)),
+                   hidden, dropout)
 
 
-# feed_forward(cfg, mlp params, x [B, T, D], constrain) -> [B, T, D]: `mlp` or an equivalent schedule of it.
-FeedForward = Callable[[ModelConfig, Params, jax.Array, Constrain], jax.Array]
+# feed_forward(cfg, mlp params, x [B, T, D], constrain, dropout) -> [B, T, D]: `mlp` or an equivalent
+# schedule of it.
+FeedForward = Callable[[ModelConfig, Params, jax.Array, Constrain, Any], jax.Array]
 
 
 def decoder_layer(cfg: ModelConfig, layer: Params, x: jax.Array, cos: jax.Array, sin: jax.Array,
                   attend: Callable[[jax.Array, jax.Array, jax.Array], tuple[jax.Array, Any]],
-                  constrain: Constrain = no_constraint, feed_forward: FeedForward = mlp) -> tuple[jax.Array, Any]:
+                  constrain: Constrain = no_constraint, feed_forward: FeedForward = mlp,
+                  dropout: Params | None = None) -> tuple[jax.Array, Any]:
     """One pre-norm block: x + attention(norm(x)), then + mlp(norm(x)); x [B, T, D].
 
     `attend(q [B, T, N, H], k, v [B, K, T, H]) -> (out [B, K, G, T, H], aux)` decides which keys
     the queries see: the sequence itself (training, prefill) or a KV cache the new k, v are written
     into (decoding), whose updated buffers come back as `aux`. `feed_forward` computes the MLP (the
-    training forward runs it over sequence chunks). Returns (x, aux).
+    training forward runs it over sequence chunks). `dropout`: this layer's training dropout by
+    block ({"attn" | "mlp": ...}, `models.partition`), None in every other forward. Returns (x, aux).
     """
+    dropout = dropout or {}
     x = constrain(x, ACTIVATION_AXES)
-    q, k, v = project_qkv(cfg, layer["attn"], rms_norm(cfg, layer["input_norm"], x), cos, sin)
+    q, k, v = project_qkv(cfg, layer["attn"], rms_norm(cfg, layer["input_norm"], x), cos, sin, dropout.get("attn"))
     out, aux = attend(q, k, v)
-    x = x + attention_output(cfg, layer["attn"], out)
-    x = x + feed_forward(cfg, layer["mlp"], rms_norm(cfg, layer["post_attn_norm"], x), constrain)
+    x = x + attention_output(cfg, layer["attn"], out, dropout.get("attn"))
+    x = x + feed_forward(cfg, layer["mlp"], rms_norm(cfg, layer["post_attn_norm"], x), constrain, dropout.get("mlp"))
     return x, aux
 
 

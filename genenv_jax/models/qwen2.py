@@ -19,7 +19,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from genenv_jax.models import attention, lora, primitives
+from genenv_jax.models import attention, primitives
+from genenv_jax.models.partition import fold_dropout
 from genenv_jax.models.config import ModelConfig
 from genenv_jax.models.params import Params
 
@@ -39,58 +40,61 @@ def _remat(cfg: ModelConfig, fn, prevent_cse: bool = False):
 
 
 def _sequence_chunked_mlp(cfg: ModelConfig, mlp_params: Params, x: jax.Array,
-                          constrain: primitives.Constrain) -> jax.Array:
+                          constrain: primitives.Constrain, dropout: Params | None = None) -> jax.Array:
     """`primitives.mlp` over chunks of about MLP_CHUNK_TOKENS positions, each rematerialised with the
     layer's policy, so the backward pass holds one chunk's [B, chunk, F] activations (F = 5.3 D for
     Qwen2.5-7B) rather than [B, T, F]. Weights are cast (and, under FSDP, gathered) once for all
-    chunks. One pass without remat (`remat_policy="none"` saves every chunk anyway). x [B, T, D]."""
+    chunks. One pass without remat (`remat_policy="none"` saves every chunk anyway). x [B, T, D];
+    `dropout` (training only) draws its own mask per chunk."""
     batch, length, hidden = x.shape
     if length <= MLP_CHUNK_TOKENS or cfg.remat_policy == "none":
-        return primitives.mlp(cfg, mlp_params, x, constrain)
+        return primitives.mlp(cfg, mlp_params, x, constrain, dropout)
     num_chunks = -(-length // MLP_CHUNK_TOKENS)
     chunk = -(-length // num_chunks)
     padded = num_chunks * chunk
     weights = {name: constrain(w.astype(cfg.jnp_dtype), ("mlp", None) if name == "down_kernel" else (None, "mlp"))
-               if name.endswith("_kernel") else w if name in lora.DROPOUT_LEAVES
-               else w.astype(cfg.jnp_dtype)  # LoRA leaves: cast only
+               if name.endswith("_kernel") else w.astype(cfg.jnp_dtype)  # adapter leaves (models/lora.py): cast only
                for name, w in mlp_params.items()}
     xs = jnp.pad(x, ((0, 0), (0, padded - length), (0, 0))).reshape(batch, num_chunks, chunk, hidden)
     # prevent_cse=True inside this map: measured 0.9 GiB less temporary memory than False for the
     # 7B GRPO step at 9,216 tokens (compile-only, CPU).
-    run = _remat(cfg, lambda w, xc: primitives.mlp(cfg, w, xc, constrain), prevent_cse=True)
-    if lora.DROPOUT_KEY in weights:  # LoRA dropout in a training step: a mask per chunk
-        out = jax.lax.map(lambda ixc: run(lora.fold_dropout_key(weights, ixc[0]), ixc[1]),
+    run = _remat(cfg, lambda w, xc, d: primitives.mlp(cfg, w, xc, constrain, d), prevent_cse=True)
+    if dropout is not None:  # a training step's dropout: a mask per chunk
+        out = jax.lax.map(lambda ixc: run(weights, ixc[1], fold_dropout(dropout, ixc[0])),
                           (jnp.arange(num_chunks), xs.swapaxes(0, 1)))  # [n, B, chunk, D]
     else:
-        out = jax.lax.map(lambda xc: run(weights, xc), xs.swapaxes(0, 1))  # [n, B, chunk, D]
+        out = jax.lax.map(lambda xc: run(weights, xc, None), xs.swapaxes(0, 1))  # [n, B, chunk, D]
     return out.swapaxes(0, 1).reshape(batch, padded, hidden)[:, :length]
 
 
 def _layer_stack(cfg: ModelConfig, layers: Params, x: jax.Array, cos: jax.Array, sin: jax.Array,
-                 key_valid: jax.Array) -> jax.Array:
+                 key_valid: jax.Array, dropout: Params | None = None) -> jax.Array:
     """All decoder layers over x [B, T, D]; causal self-attention over the valid keys, with the
-    kernel `cfg.attention` names (`attention.kernel_for`)."""
+    kernel `cfg.attention` names (`attention.kernel_for`). `dropout` (stacked on the layers axis
+    like `layers`) is scanned beside them."""
     kernel = attention.kernel_for(cfg.attention)
 
-    def layer(x, layer_params):
+    def layer(x, scanned):
+        layer_params, layer_dropout = scanned
         mask = attention.PaddedCausalMask(key_valid)  # structured: no [B, T, T] array
 
         def attend(q, k, v):
             return primitives.grouped_query_attention(q, k, v, mask, kernel), None
 
         return primitives.decoder_layer(cfg, layer_params, x, cos, sin, attend, _logical_constraint,
-                                        _sequence_chunked_mlp)
+                                        _sequence_chunked_mlp, layer_dropout)
 
     if cfg.remat_policy != "none":
         layer = _remat(cfg, layer)
-    x, _ = jax.lax.scan(layer, x, layers, unroll=1 if cfg.scan_layers else cfg.num_layers)
+    x, _ = jax.lax.scan(layer, x, (layers, dropout), unroll=1 if cfg.scan_layers else cfg.num_layers)
     return x
 
 
 @functools.partial(jax.jit, static_argnums=0)
 def hidden_states(cfg: ModelConfig, params: Params, tokens: jax.Array, positions: jax.Array | None = None,
-                  attention_mask: jax.Array | None = None) -> jax.Array:
-    """Final-normed hidden states [B, T, D] in the compute dtype."""
+                  attention_mask: jax.Array | None = None, dropout: Params | None = None) -> jax.Array:
+    """Final-normed hidden states [B, T, D] in the compute dtype. `dropout`: a training step's
+    dropout (`models.partition.Partition.dropout`), None for the model as it is."""
     positions = primitives.default_positions(tokens, attention_mask) if positions is None else positions
     key_valid = jnp.ones(tokens.shape, bool) if attention_mask is None else attention_mask.astype(bool)
     cos, sin = primitives.rope_angles(positions, cfg.head_dim, cfg.rope_theta)
@@ -99,7 +103,7 @@ def hidden_states(cfg: ModelConfig, params: Params, tokens: jax.Array, positions
     # float32 array on every device.
     x = _logical_constraint(primitives.embed_tokens(cfg, params, tokens), (None, None, "embed"))  # [B, T, D]
     x = _logical_constraint(x, primitives.ACTIVATION_AXES)
-    x = _layer_stack(cfg, params["layers"], x, cos, sin, key_valid)
+    x = _layer_stack(cfg, params["layers"], x, cos, sin, key_valid, dropout)
     return primitives.rms_norm(cfg, params["final_norm"], x)
 
 

@@ -21,20 +21,18 @@ PyTree = Any
 
 @flax.struct.dataclass
 class PolicyState:
-    """One policy's arrays: what it trains, its optimizer state, its frozen KL reference and, under
-    LoRA, the frozen base.
-
-    Full fine-tuning: `params` are the model's weights and `reference` a frozen copy of the
-    starting weights. LoRA: `params` are the adapters, `frozen` the base (never updated, never
-    donated, shared by policies that start from one source), and `reference` the adapters the KL
-    term anchors to over that base: None for the base itself (adapters off), or a frozen copy of
-    warm-started adapters.
+    """One policy's arrays, as its partition (`models.partition`) splits the weights: `params` the
+    trainable part, `frozen` the frozen part (never updated, donated or saved; `{}` under full
+    fine-tuning, LoRA's base, which policies that start from one source share), the optimizer state
+    of the trainable part, and `reference`, the trainable part the KL term anchors to: a frozen copy
+    of the starting (or warm-started) trainable part, or None for the frozen part alone (a fresh
+    LoRA run's base, adapters off).
     """
 
     params: PyTree
     opt_state: PyTree
     reference: PyTree | None = None
-    frozen: PyTree | None = None
+    frozen: PyTree = dataclasses.field(default_factory=dict)
 
 
 class NonFiniteLossError(RuntimeError):
@@ -141,7 +139,6 @@ def step_trainer(step: TrainStep, what: str) -> TrainFn:
     """A `TrainFn` around a step that needs no reference logprobs (SFT): the batch placed on the
     step's mesh, one step, metrics checked finite (`what` names the update in an error)."""
     def train(state: PolicyState, batch: Mapping[str, np.ndarray]) -> tuple[PolicyState, dict[str, float]]:
-        frozen = () if state.frozen is None else (state.frozen,)  # LoRA: the base is the step's 4th argument
-        params, opt_state, metrics = step(state.params, state.opt_state, step.place_batch(dict(batch)), *frozen)
+        params, opt_state, metrics = step(state.params, state.opt_state, step.place_batch(dict(batch)), state.frozen)
         return state.replace(params=params, opt_state=opt_state), float_metrics(metrics, what)
     return train

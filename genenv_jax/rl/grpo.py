@@ -19,7 +19,7 @@ from jax.sharding import Mesh
 
 from genenv_jax.core.config_checks import KeyProblem, check_fields, positive, setting
 from genenv_jax.models import ModelConfig
-from genenv_jax.models.lora import LoRAConfig
+from genenv_jax.models.partition import Partition
 from genenv_jax.rl.logprobs import token_logprobs
 from genenv_jax.rl.losses import (AGGREGATIONS, KL_ESTIMATORS, SUM_NORM, aggregate, kl_penalty, normalizer,
                                   token_count)
@@ -202,12 +202,13 @@ def importance_ratio(logprobs: jax.Array, old_logprobs: jax.Array, mask: jax.Arr
 
 
 def grpo_micro_batch_loss(cfg: ModelConfig, config: GRPOConfig, params: Any, batch: dict[str, jax.Array],
-                          norms: dict[str, jax.Array]) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """GRPO loss of one micro-batch under `params`, normalised by whole-batch `norms`."""
+                          norms: dict[str, jax.Array], dropout: Any = None) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """GRPO loss of one micro-batch under `params` (and the forward's `dropout`), normalised by
+    whole-batch `norms`."""
     logprobs, entropy = token_logprobs(cfg, params, batch["tokens"], batch.get("attention_mask"),
                                        batch.get("positions"), chunk_size=config.chunk_size,
                                        temperature=config.temperature, with_entropy=True,
-                                       needed=batch["loss_mask"])
+                                       needed=batch["loss_mask"], dropout=dropout)
     if not config.entropy_coef:
         entropy = jax.lax.stop_gradient(entropy)  # a metric only: no backward pass through it
     return grpo_loss(logprobs, batch["old_logprobs"], batch["advantages"], batch["loss_mask"], config,
@@ -218,9 +219,9 @@ def grpo_micro_batch_loss(cfg: ModelConfig, config: GRPOConfig, params: Any, bat
 @register_policy_loss("grpo", config=GRPOConfig, grouped=True)
 def make_grpo_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, config: GRPOConfig | None = None,
                    mesh: Mesh | None = None, micro_batches: int = 1, rules: Any = None,
-                   donate: bool = True, lora: LoRAConfig | None = None) -> TrainStep:
-    """The jitted GRPO `step(params, opt_state, batch) -> (params, opt_state, metrics)` (with `lora`:
-    `step(adapters, opt_state, batch, base)`, see `rl.step`).
+                   donate: bool = True, partition: Partition | None = None) -> TrainStep:
+    """The jitted GRPO `step(trainable, opt_state, batch, frozen) -> (trainable, opt_state, metrics)`
+    of `partition` (default: full fine-tuning, where `frozen` may be left out; see `rl.step`).
 
     Metrics: loss, pg_loss, kl (when kl_coef > 0), entropy, clip_frac, tokens, grad_norm
     (before clipping), learning_rate.
@@ -235,8 +236,8 @@ def make_grpo_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, co
         norms = {"norm": normalizer(mask, config.aggregation, config.norm_tokens), "tokens": token_count(mask)}
         return batch, norms, {}
 
-    def loss_fn(params, micro_batch, norms):
-        return grpo_micro_batch_loss(cfg, config, params, micro_batch, norms)
+    def loss_fn(params, micro_batch, norms, dropout):
+        return grpo_micro_batch_loss(cfg, config, params, micro_batch, norms, dropout)
 
     return build_train_step(cfg, optimizer, loss_fn, prepare, required, mesh=mesh, micro_batches=micro_batches,
-                            rules=rules, donate=donate, rule="GRPO", lora=lora)
+                            rules=rules, donate=donate, rule="GRPO", partition=partition)

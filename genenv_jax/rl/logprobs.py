@@ -20,8 +20,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from genenv_jax.models import ModelConfig, hidden_states, param_shardings
-from genenv_jax.models.lora import LoRAConfig, with_adapters
-from genenv_jax.models.partitioning import adapter_shardings
+from genenv_jax.models.partition import Partition
 from genenv_jax.parallel import BATCH_AXES, batch_sharding, mesh_context, split_micro_batches
 from genenv_jax.rl.lm_head import chunked_token_stats
 
@@ -31,7 +30,7 @@ Params = Any
 def token_logprobs(cfg: ModelConfig, params: Params, tokens: jax.Array,
                    attention_mask: jax.Array | None = None, positions: jax.Array | None = None, *,
                    chunk_size: int = 512, temperature: float = 1.0, with_entropy: bool = False,
-                   needed: jax.Array | None = None) -> tuple[jax.Array, jax.Array | None]:
+                   needed: jax.Array | None = None, dropout: Any = None) -> tuple[jax.Array, jax.Array | None]:
     """Per-token logprobs [B, T] (float32) of `tokens` under `params`, and entropies [B, T] if asked.
 
     `attention_mask` [B, T] marks real tokens (left or right padding both work); `temperature`
@@ -40,7 +39,8 @@ def token_logprobs(cfg: ModelConfig, params: Params, tokens: jax.Array,
 
     `needed` [B, T] (e.g. the loss mask) marks the positions whose values are used: a sequence
     chunk with none of them skips the LM head (`lax.cond`) and returns zeros there, so a long
-    prompt in front of a short response costs no vocabulary projection.
+    prompt in front of a short response costs no vocabulary projection. `dropout`: a training step's
+    forward dropout (`models.partition.Partition.dropout`), None for none.
     """
     if tokens.ndim != 2:
         raise ValueError(f"tokens must be [batch, time], got shape {tokens.shape}")
@@ -53,7 +53,7 @@ def token_logprobs(cfg: ModelConfig, params: Params, tokens: jax.Array,
         zeros = jnp.zeros((batch, length), jnp.float32)
         return zeros, (zeros if with_entropy else None)
 
-    hidden = hidden_states(cfg, params, tokens, positions, attention_mask)  # [B, T, D]
+    hidden = hidden_states(cfg, params, tokens, positions, attention_mask, dropout)  # [B, T, D]
     chunks, targets, use_chunk, predicted = head_chunks(hidden, tokens, needed, chunk_size)
     logprobs, entropy = chunked_token_stats(cfg, params, chunks, targets, use_chunk, temperature=temperature,
                                             with_entropy=with_entropy)  # [n, B, C] each
@@ -137,17 +137,19 @@ _LOGPROB_KEYS = ("tokens", "attention_mask", "positions", "loss_mask")
 
 def make_logprobs_fn(cfg: ModelConfig, mesh: Any = None, *, chunk_size: int = 512,
                      temperature: float = 1.0, micro_batches: int = 1, rules: Any = None,
-                     lora: LoRAConfig | None = None):
-    """A jitted `fn(params, batch, adapters=None) -> logprobs [B, T]` for frozen params (reference /
-    old policy).
+                     partition: Partition | None = None):
+    """A jitted `fn(params, batch, trainable=None) -> logprobs [B, T]` for weights that do not change
+    inside it (reference / old policy): the model `params`, or with `trainable` a partition's pair
+    (`params` its frozen part), whose model is `partition.model(trainable, params)`.
 
     `batch` holds "tokens" [B, T] and optionally "attention_mask", "positions" and "loss_mask" (only
     chunks with loss tokens get values; see `token_logprobs`). With a mesh the
     params are expected on `models.param_shardings(cfg, mesh)` and the batch rows over
     data x fsdp; the result is sharded like the batch. `micro_batches` runs the rows in that many
-    sequential slices (`lax.map`) to bound activation memory. `adapters` (LoRA, shaped by `lora`)
-    are applied over `params` when given; None is the base alone.
+    sequential slices (`lax.map`) to bound activation memory. `partition` defaults to full
+    fine-tuning, where the pair is `({}, params)`.
     """
+    partition = Partition(cfg) if partition is None else partition
     if micro_batches < 1:
         raise ValueError(f"micro_batches must be >= 1, got {micro_batches}")
 
@@ -157,10 +159,11 @@ def make_logprobs_fn(cfg: ModelConfig, mesh: Any = None, *, chunk_size: int = 51
                                      needed=rows.get("loss_mask"))
         return logprobs
 
-    def fn(params, batch, adapters=None):
+    def fn(params, batch, trainable=None):
         if "tokens" not in batch:
             raise KeyError(f"logprobs batch needs 'tokens'; it has {sorted(batch)}")
-        params = with_adapters(params, adapters)
+        if trainable is not None:
+            params = partition.model(trainable, params)
         keys = [k for k in _LOGPROB_KEYS if k in batch]
         rows = {k: batch[k] for k in keys}
         size, length = rows["tokens"].shape
@@ -172,17 +175,13 @@ def make_logprobs_fn(cfg: ModelConfig, mesh: Any = None, *, chunk_size: int = 51
 
     if mesh is None:
         return jax.jit(fn)
-    shardings = (param_shardings(cfg, mesh, rules), NamedSharding(mesh, P(BATCH_AXES)))
-    base_only = jax.jit(fn, in_shardings=shardings, out_shardings=batch_sharding(mesh, 2))
-    adapted = None
-    if lora is not None and lora.enabled:
-        adapted = jax.jit(fn, in_shardings=shardings + (adapter_shardings(cfg, lora, mesh, rules),),
-                          out_shardings=batch_sharding(mesh, 2))
+    rows = NamedSharding(mesh, P(BATCH_AXES))
+    whole = jax.jit(fn, in_shardings=(param_shardings(cfg, mesh, rules), rows), out_shardings=batch_sharding(mesh, 2))
+    pair = jax.jit(fn, in_shardings=(partition.frozen_shardings(mesh, rules), rows,
+                                     partition.trainable_shardings(mesh, rules)), out_shardings=batch_sharding(mesh, 2))
 
-    def call(params, batch, adapters=None):
-        if adapters is not None and adapted is None:
-            raise ValueError("this logprobs function was built without a LoRA config; pass lora= to apply adapters")
+    def call(params, batch, trainable=None):
         batch = {k: v for k, v in batch.items() if k in _LOGPROB_KEYS}
         with mesh_context(mesh, rules):
-            return base_only(params, batch) if adapters is None else adapted(params, batch, adapters)
+            return whole(params, batch) if trainable is None else pair(params, batch, trainable)
     return call

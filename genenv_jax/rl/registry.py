@@ -8,7 +8,7 @@ config is checked) and the loop uses it, with no other edit:
     def my_credit(batch: CreditBatch, config) -> Credits: ...
 
     @register_policy_loss("my_loss", config=MyLossConfig, grouped=True)
-    def make_my_step(cfg, optimizer, config, *, mesh=None, micro_batches=1, lora=None) -> TrainStep: ...
+    def make_my_step(cfg, optimizer, config, *, mesh=None, micro_batches=1, partition=None) -> TrainStep: ...
 
 The built-in ones register where they are defined (`rl.advantages`: grpo, gigpo; `rl.grpo` and
 `rl.rwr`: the grpo and rwr losses); importing `genenv_jax.rl` registers them all. An unknown name
@@ -128,7 +128,7 @@ class AdvantageEstimator:
 
 @dataclasses.dataclass(frozen=True)
 class PolicyLoss:
-    """A registered update rule. `make_step(cfg, optimizer, config, *, mesh, micro_batches, lora)`
+    """A registered update rule. `make_step(cfg, optimizer, config, *, mesh, micro_batches, partition)`
     builds its jitted step (`rl.step.TrainStep`); `config` is its loss section's dataclass (which
     has `needs_reference`, `chunk_size` and `temperature`); `grouped`: it trains on group-relative
     advantages, so its rows per step are tasks x group size and a policy's group must hold >= 2."""

@@ -23,7 +23,7 @@ from jax.sharding import Mesh
 
 from genenv_jax.core.config_checks import check_choice, check_fields, positive, setting
 from genenv_jax.models import ModelConfig
-from genenv_jax.models.lora import LoRAConfig
+from genenv_jax.models.partition import Partition
 from genenv_jax.rl.optim import OptimizerConfig, make_optimizer
 from genenv_jax.rl.logprobs import token_logprobs
 from genenv_jax.rl.losses import AGGREGATIONS, KL_ESTIMATORS, aggregate, kl_penalty, normalizer, token_count
@@ -170,9 +170,9 @@ def _threshold_gate(threshold: float, mode: str):
 @register_policy_loss("rwr", config=RWRConfig, grouped=False)
 def make_rwr_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, config: RWRConfig | None = None,
                   mesh: Mesh | None = None, micro_batches: int = 1, rules: Any = None,
-                  donate: bool = True, lora: LoRAConfig | None = None) -> TrainStep:
-    """The jitted RWR `step(params, opt_state, batch) -> (params, opt_state, metrics)` (with `lora`:
-    `step(adapters, opt_state, batch, base)`, see `rl.step`).
+                  donate: bool = True, partition: Partition | None = None) -> TrainStep:
+    """The jitted RWR `step(trainable, opt_state, batch, frozen) -> (trainable, opt_state, metrics)`
+    of `partition` (default: full fine-tuning, where `frozen` may be left out; see `rl.step`).
 
     Weights are normalised over the whole batch before it is split into micro-batches. Metrics:
     loss, weighted_nll, nll, kl, tokens, grad_norm, learning_rate, weight_mean/min/max/ess,
@@ -194,24 +194,25 @@ def make_rwr_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, con
             direct.update(kl_threshold_fired=jnp.float32(0.0), update_scale=jnp.float32(1.0))
         return batch, norms, direct
 
-    def loss_fn(params, micro_batch, norms):
+    def loss_fn(params, micro_batch, norms, dropout):
         logprobs, _ = token_logprobs(cfg, params, micro_batch["tokens"], micro_batch.get("attention_mask"),
                                      micro_batch.get("positions"), chunk_size=config.chunk_size,
-                                     temperature=config.temperature, needed=micro_batch["loss_mask"])
+                                     temperature=config.temperature, needed=micro_batch["loss_mask"],
+                                     dropout=dropout)
         return rwr_loss(logprobs, micro_batch["weights"], micro_batch["loss_mask"], config,
                         ref_logprobs=micro_batch.get("ref_logprobs"), norm=norms["norm"],
                         num_tokens=norms["tokens"])
 
     gate = None if config.kl_threshold is None else _threshold_gate(config.kl_threshold, config.kl_threshold_mode)
     return build_train_step(cfg, optimizer, loss_fn, prepare, required, gate=gate, mesh=mesh,
-                            micro_batches=micro_batches, rules=rules, donate=donate, rule="RWR", lora=lora)
+                            micro_batches=micro_batches, rules=rules, donate=donate, rule="RWR", partition=partition)
 
 
 def make_sft_step(cfg: ModelConfig, learning_rate: float, chunk_size: int = 512, mesh: Mesh | None = None,
-                  micro_batches: int = 1, lora: LoRAConfig | None = None) -> TrainStep:
+                  micro_batches: int = 1, partition: Partition | None = None) -> TrainStep:
     """Supervised fine-tuning (the warm-starts, the experience model): RWR with unit weights
     (reward_lambda 0, no normalisation) and no KL, under AdamW without weight decay and with the
-    gradient clipped at 1. The one SFT recipe of the package (of the adapters alone with `lora`)."""
+    gradient clipped at 1. The one SFT recipe of the package (of `partition`'s trainable part)."""
     optimizer = make_optimizer(OptimizerConfig(learning_rate=learning_rate, weight_decay=0.0, grad_clip=1.0))
     loss = RWRConfig(reward_lambda=0.0, weight_norm="none", kl_coef=0.0, chunk_size=chunk_size)
-    return make_rwr_step(cfg, optimizer, loss, mesh=mesh, micro_batches=micro_batches, lora=lora)
+    return make_rwr_step(cfg, optimizer, loss, mesh=mesh, micro_batches=micro_batches, partition=partition)

@@ -5,14 +5,16 @@
 (params by `models.param_shardings`, the batch over data x fsdp), donated params and optimizer
 state, and gradient accumulation over micro-batches with `lax.scan`.
 
-With `lora` (rank > 0) the trained tree is the LoRA adapters and the base is a frozen argument:
-`step(adapters, opt_state, batch, base)`. The loss sees `with_adapters(base, adapters)`, the
-gradient is taken with respect to the adapters alone (the base's is never formed), the optimizer
-state exists for the adapters only, and the base is neither donated nor returned. A micro-batch
-with no loss token (empty rows filling the batch to its row count) is skipped (`lax.cond`): every
-loss term is masked, so it would add exactly zero. With
-`lora.dropout` the loss's forward drops each adapter's input (masks keyed by the micro-batch's
-tokens, so the step stays a pure function of its inputs).
+The weights come as a `models.partition.Partition`'s pair, `step(trainable, opt_state, batch,
+frozen)`, the same step for every partition: full fine-tuning trains the whole tree with the empty
+frozen part `{}`; LoRA trains the adapters over the frozen base. The loss sees
+`partition.model(trainable, frozen)`, the gradient is taken with respect to the trainable part
+alone (a frozen part's is never formed), the optimizer state exists for it only, and the frozen
+part is neither donated nor returned. The forward's dropout is `partition.dropout(tokens)` (LoRA's
+adapter dropout; masks keyed by the micro-batch's tokens, so the step stays a pure function of its
+inputs), passed to the loss beside the weights. A micro-batch with no loss token (empty rows
+filling the batch to its row count) is skipped (`lax.cond`): every loss term is masked, so it would
+add exactly zero.
 
 Precision: gradients are accumulated in float32 and the optimizer state is float32. The update is
 added to the params in float32 and cast back to the params' dtype. Keep float32 master params
@@ -33,18 +35,18 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from genenv_jax.models import ModelConfig, param_shapes, param_shardings, shard_params
-from genenv_jax.models.lora import LoRAConfig, adapter_shapes, tokens_key, with_adapters, with_dropout
-from genenv_jax.models.partitioning import adapter_shardings
+from genenv_jax.models import ModelConfig, shard_params
+from genenv_jax.models.partition import Partition
 from genenv_jax.parallel import BATCH_AXES, abstract_like, mesh_context, shard_batch, split_micro_batches
 from genenv_jax.rl.optim import current_learning_rate, init_opt_state, opt_state_shardings, to_float32
 
 Params = Any
 Batch = Mapping[str, jax.Array]
 Metrics = dict[str, jax.Array]
-# loss_fn(params, micro_batch, normalisers) -> (loss, additive metrics): the metrics of the
-# micro-batches are summed, so each must already be divided by a whole-batch normaliser.
-LossFn = Callable[[Params, Batch, Mapping[str, jax.Array]], tuple[jax.Array, Metrics]]
+# loss_fn(params, micro_batch, normalisers, dropout) -> (loss, additive metrics): the metrics of the
+# micro-batches are summed, so each must already be divided by a whole-batch normaliser; `dropout`
+# is the forward's (`Partition.dropout`, None for none).
+LossFn = Callable[[Params, Batch, Mapping[str, jax.Array], Any], tuple[jax.Array, Metrics]]
 # prepare(full batch) -> (batch to split, whole-batch normalisers, metrics reported as they are)
 PrepareFn = Callable[[Batch], tuple[Batch, Mapping[str, jax.Array], Metrics]]
 # gate(summed metrics) -> (apply the update?, factor on the update)
@@ -65,12 +67,12 @@ class TrainStep:
     param_shardings: Any
     opt_shardings: Any
     rules: Any = None
-    lora: LoRAConfig | None = None    # rank > 0: `params` are the adapters and the base is `frozen`
-    frozen_shardings: Any = None      # the base's shardings (LoRA with a mesh)
+    partition: Partition | None = None  # what `params` (trainable) and `frozen` are; None: full fine-tuning
+    frozen_shardings: Any = None        # the frozen part's shardings (with a mesh)
 
     @property
-    def trains_adapters(self) -> bool:
-        return self.lora is not None and self.lora.enabled
+    def weights(self) -> Partition:
+        return self.partition if self.partition is not None else Partition(self.cfg)
 
     def _context(self):
         if self.mesh is None:
@@ -88,13 +90,19 @@ class TrainStep:
             return self.fn.lower(params, opt_state, batch, *self._frozen(frozen))
 
     def _frozen(self, frozen: Params | None) -> tuple:
-        if self.trains_adapters:
-            if frozen is None:
-                raise ValueError("a LoRA step needs the frozen base params (step(adapters, opt_state, batch, base))")
-            return (frozen,)
-        if frozen is not None:
-            raise ValueError("a full fine-tuning step takes no frozen params")
-        return ()
+        """The step's fourth argument: the frozen part (`{}` for a partition without one), checked
+        to be the partition's tree so that no other tree is silently ignored."""
+        expected = self.weights.frozen_shapes()
+        if frozen is None:
+            if self.weights.has_frozen:
+                raise ValueError(f"this step ({self.weights.describe()}) needs the frozen base: "
+                                 "step(trainable, opt_state, batch, frozen)")
+            return (expected,)
+        if jax.tree.structure(frozen) != jax.tree.structure(expected):
+            wanted = "the frozen base's param tree" if self.weights.has_frozen else "no frozen params ({})"
+            raise ValueError(f"this step ({self.weights.describe()}) takes {wanted} as its fourth argument; "
+                             f"got a tree of {len(jax.tree.leaves(frozen))} leaves")
+        return (frozen,)
 
     def place_params(self, params: Params) -> Params:
         """Puts params on this step's param shardings (no-op placement without a mesh)."""
@@ -109,8 +117,8 @@ class TrainStep:
         return init_opt_state(self.optimizer, params, self.opt_shardings)
 
     def trained_shapes(self) -> Params:
-        """ShapeDtypeStructs of what this step trains: the params, or the adapters under LoRA."""
-        return adapter_shapes(self.cfg, self.lora) if self.trains_adapters else param_shapes(self.cfg)
+        """ShapeDtypeStructs of what this step trains (the partition's trainable part)."""
+        return self.weights.trainable_shapes()
 
     def abstract_params(self) -> Params:
         """ShapeDtypeStructs of the trained tree with this step's shardings (e.g. a checkpoint restore target)."""
@@ -145,7 +153,7 @@ def check_batch(batch: Batch, required: tuple[str, ...], micro_batches: int, bat
 def build_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, loss_fn: LossFn,
                      prepare: PrepareFn, required_keys: tuple[str, ...], *, gate: GateFn | None = None,
                      mesh: Mesh | None = None, micro_batches: int = 1, rules: Any = None,
-                     donate: bool = True, rule: str = "train_step", lora: LoRAConfig | None = None) -> TrainStep:
+                     donate: bool = True, rule: str = "train_step", partition: Partition | None = None) -> TrainStep:
     """Builds the jitted, sharded, micro-batched step around `loss_fn` (see module docstring).
 
     With `mesh=None` the step runs on the default device without sharding annotations.
@@ -155,35 +163,28 @@ def build_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, 
     """
     if micro_batches < 1:
         raise ValueError(f"micro_batches must be >= 1, got {micro_batches}")
-    adapters = lora is not None and lora.enabled
-    if cfg.param_dtype != "float32" and not adapters:  # adapters are float32 whatever the base's dtype
+    partition = Partition(cfg) if partition is None else partition
+    trained = partition.trainable_shapes()
+    if any(s.dtype != jnp.float32 for s in jax.tree.leaves(trained)):
         logging.warning("%s: params are %s; updates much smaller than the weights (small learning "
                         "rates) are rounded away. Prefer float32 master params.", rule, cfg.param_dtype)
     batch_devices = 1 if mesh is None else math.prod(mesh.shape[a] for a in BATCH_AXES)
-    trained = adapter_shapes(cfg, lora) if adapters else param_shapes(cfg)
-    f_shardings = None
     if mesh is None:
-        p_shardings = o_shardings = None
+        p_shardings = o_shardings = f_shardings = None
     else:
-        p_shardings = adapter_shardings(cfg, lora, mesh, rules) if adapters else param_shardings(cfg, mesh, rules)
+        p_shardings = partition.trainable_shardings(mesh, rules)
         o_shardings = opt_state_shardings(optimizer, p_shardings, trained, mesh)
-        f_shardings = param_shardings(cfg, mesh, rules) if adapters else None
+        f_shardings = partition.frozen_shardings(mesh, rules)
 
     def constrain_like_params(tree):
         return tree if mesh is None else jax.lax.with_sharding_constraint(tree, p_shardings)
 
-    if adapters:
-        def trained_loss(params, micro_batch, norms, frozen):  # params: the adapters; frozen: the base
-            model = with_adapters(frozen, params)
-            if lora.dropout:  # masks keyed by the micro-batch's tokens (models/lora.py)
-                model = with_dropout(model, tokens_key(micro_batch["tokens"]), lora.dropout)
-            return loss_fn(model, micro_batch, norms)
-    else:
-        def trained_loss(params, micro_batch, norms, frozen):
-            return loss_fn(params, micro_batch, norms)
+    def trained_loss(params, micro_batch, norms, frozen):  # the gradient is the trainable part's alone
+        model = partition.model(params, frozen)
+        return loss_fn(model, micro_batch, norms, partition.dropout(micro_batch["tokens"]))
     grad_fn = jax.value_and_grad(trained_loss, has_aux=True)
 
-    def step(params, opt_state, batch, frozen=None):
+    def step(params, opt_state, batch, frozen):
         batch = dict(batch)
         check_batch(batch, required_keys, micro_batches, batch_devices, rule)
         batch, norms, direct_metrics = prepare(batch)
@@ -230,15 +231,13 @@ def build_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, 
         metrics.update(direct_metrics)
         return new_params, new_opt_state, metrics
 
-    donate_argnums = (0, 1) if donate else ()  # never the frozen base: the sampler and the KL reference share it
+    donate_argnums = (0, 1) if donate else ()  # never the frozen part: the sampler and the KL reference share it
     if mesh is None:
         fn = jax.jit(step, donate_argnums=donate_argnums)
     else:
         batch_prefix = NamedSharding(mesh, P(BATCH_AXES))  # every batch leaf: rows over data x fsdp
         replicated = NamedSharding(mesh, P())
-        in_shardings = (p_shardings, o_shardings, batch_prefix) + ((f_shardings,) if adapters else ())
-        fn = jax.jit(step, in_shardings=in_shardings,
+        fn = jax.jit(step, in_shardings=(p_shardings, o_shardings, batch_prefix, f_shardings),
                      out_shardings=(p_shardings, o_shardings, replicated), donate_argnums=donate_argnums)
     return TrainStep(fn=fn, cfg=cfg, optimizer=optimizer, mesh=mesh, param_shardings=p_shardings,
-                     opt_shardings=o_shardings, rules=rules, lora=lora if adapters else None,
-                     frozen_shardings=f_shardings)
+                     opt_shardings=o_shardings, rules=rules, partition=partition, frozen_shardings=f_shardings)

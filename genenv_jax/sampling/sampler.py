@@ -18,7 +18,7 @@ import dataclasses
 import functools
 import math
 import weakref
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +27,6 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from genenv_jax.core.bucketing import length_bucket, next_power_of_two, round_up
 from genenv_jax.models import ModelConfig, param_shardings
-from genenv_jax.models import lora
 from genenv_jax.parallel import BATCH_AXES, MeshConfig, logical_to_spec, make_mesh
 from genenv_jax.sampling.buckets import Buckets, bucket_size
 from genenv_jax.sampling.inputs import PromptBatch, SamplerParams
@@ -40,6 +39,8 @@ from genenv_jax.sampling.token_selection import SamplingParams
 from genenv_jax.sampling.validation import (check_param_tree, validate_caps, validate_prompts,
                                             validate_stop_tokens)
 
+# (fn(layer, extra layer) -> layer, extra stacked on the layers axis): `Sampler.prepare_params`'s per-layer update
+LayerUpdate = tuple[Callable[[Any, Any], Any], Any]
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
 
@@ -161,12 +162,7 @@ class Sampler:
         dtype = cfg.jnp_param_dtype
         self._take_layer = jax.jit(lambda layers, i: jax.tree.map(lambda a: a[i].astype(dtype), layers))
 
-        def merged_layer(layers, adapter_layers, i):  # layer i of the stacked base, its adapters folded in
-            take = functools.partial(jax.tree.map, lambda a: a[i])
-            merged = lora.merge_layer(take(layers), take(adapter_layers), cfg.lora_scale)
-            return jax.tree.map(lambda a: a.astype(dtype), merged)
-
-        self._merged_layer = jax.jit(merged_layer)
+        self._updated_layers: dict[Callable, Any] = {}  # layer update -> its jitted per-layer program
 
     # ----- placement -----
     @property
@@ -214,13 +210,14 @@ class Sampler:
         zeros = jax.jit(lambda: jnp.zeros(shape, cfg.jnp_dtype), out_shardings=sharding)
         return tuple((zeros(), zeros()) for _ in range(cfg.num_layers))
 
-    def prepare_params(self, params: Any, adapters: Any = None) -> SamplerParams:
+    def prepare_params(self, params: Any, layer_update: LayerUpdate | None = None) -> SamplerParams:
         """Places model params for this sampler (reshards from another mesh; one layer at a time,
-        so the extra memory is the placed copy plus one layer). With LoRA `adapters`
-        (models/lora.py) each layer is placed merged, W + cfg.lora_scale * A @ B, so decoding costs
-        what the base's does; call it again after each adapter update."""
-        if adapters:
-            return self._prepare_merged(params, adapters)
+        so the extra memory is the placed copy plus one layer). With `layer_update` (fn, stacked
+        extra) each layer i is placed as fn(layer i, extra i): a partition's trained part folded
+        into its frozen base (`models.partition`: LoRA places W + scale * A @ B, so decoding costs
+        what the base's does); call it again after each update of the extra."""
+        if layer_update is not None:
+            return self._prepare_updated(params, *layer_update)
         dtype = self.cfg.jnp_param_dtype
         if isinstance(params, SamplerParams):
             if params.cfg == self.cfg and params.mesh == self.mesh:
@@ -244,13 +241,19 @@ class Sampler:
                 for k, v in params.items() if k != "layers"}
         return SamplerParams({**rest, "layers": layers}, self.cfg, self.mesh)
 
-    def _prepare_merged(self, params: Any, adapters: Any) -> SamplerParams:
-        """`prepare_params` of the base with the adapters folded in, one layer at a time (one
-        compiled merge program for every layer and every weight update)."""
+    def _prepare_updated(self, params: Any, update: Callable, extra_layers: Any) -> SamplerParams:
+        """`prepare_params` with each layer updated by `update` as it is placed (one compiled program
+        per update function for every layer and every weight version)."""
         check_param_tree(self.cfg, params)
         dtype = self.cfg.jnp_param_dtype
-        layers = tuple(jax.device_put(self._merged_layer(params["layers"], adapters["layers"], i),
-                                      self.param_shardings["layers"][i]) for i in range(self.cfg.num_layers))
+        if update not in self._updated_layers:
+            def updated_layer(layers, extra, i):  # layer i of the stacked params, updated
+                take = functools.partial(jax.tree.map, lambda a: a[i])
+                return jax.tree.map(lambda a: a.astype(dtype), update(take(layers), take(extra)))
+            self._updated_layers[update] = jax.jit(updated_layer)
+        program = self._updated_layers[update]
+        layers = tuple(jax.device_put(program(params["layers"], extra_layers, i), self.param_shardings["layers"][i])
+                       for i in range(self.cfg.num_layers))
         rest = {k: jax.tree.map(lambda a, s: jax.device_put(jnp.asarray(a).astype(dtype), s), v,
                                 self.param_shardings[k])
                 for k, v in params.items() if k != "layers"}

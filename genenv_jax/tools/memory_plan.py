@@ -115,23 +115,22 @@ def abstract_step_batch(rule: str, rows: int, seq: int, mesh) -> dict[str, jax.S
 
 
 def abstract_base(step: TrainStep) -> Any:
-    """The frozen base a LoRA step takes (ShapeDtypeStructs in the base's dtype and shardings), else None."""
-    return abstract_like(param_shapes(step.cfg), step.frozen_shardings) if step.trains_adapters else None
+    """The frozen part a step takes (ShapeDtypeStructs in its dtype and shardings; `{}` for none)."""
+    return abstract_like(step.weights.frozen_shapes(), step.frozen_shardings)
 
 
 def compile_step(step: TrainStep, rule: str, rows: int, seq: int) -> Any:
-    """Compiles `step` for abstract params (or LoRA adapters and the frozen base), optimizer state
-    and a [rows, seq] batch."""
+    """Compiles `step` for its abstract trainable and frozen parts, optimizer state and a
+    [rows, seq] batch."""
     batch = abstract_step_batch(rule, rows, seq, step.mesh)
     return step.lower(step.abstract_params(), step.abstract_opt_state(), batch, abstract_base(step)).compile()
 
 
 def step_state_bytes(step: TrainStep) -> tuple[int, int, int]:
-    """(trained params or adapters, optimizer state, frozen base) bytes per device, in the step's
-    dtypes and shardings (base 0 under full fine-tuning)."""
-    base = abstract_base(step)
+    """(trainable part, optimizer state, frozen part) bytes per device, in the step's dtypes and
+    shardings (frozen 0 under full fine-tuning)."""
     return (bytes_per_device(step.abstract_params()), bytes_per_device(step.abstract_opt_state()),
-            0 if base is None else bytes_per_device(base))
+            bytes_per_device(abstract_base(step)))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -324,8 +323,8 @@ class Measurer:
         return getattr(self.run, name)
 
     def shares_base(self) -> bool:
-        """Whether the loop holds one LoRA base for both policies (`RunConfig.shares_lora_base`)."""
-        return self.run.shares_lora_base()
+        """Whether the loop holds one frozen base for both policies (`RunConfig.shares_frozen_base`)."""
+        return self.run.shares_frozen_base()
 
     @functools.lru_cache(maxsize=None)
     def train_step(self, name: str, mesh: tuple[int, int, int], micro_batches: int, remat_policy: str) -> TrainStep:
@@ -339,7 +338,7 @@ class Measurer:
             cfg = cfg.replace(attention="blockwise")
         make = POLICY_LOSSES.get(p.rule).make_step
         return make(cfg, make_optimizer(p.optimizer), p.train.loss, mesh=self.mesh(mesh), micro_batches=micro_batches,
-                    lora=p.lora)
+                    partition=p.partition(cfg))
 
     @functools.lru_cache(maxsize=None)
     def step(self, name: str, mesh: tuple[int, int, int], micro_batches: int, remat_policy: str,
@@ -359,8 +358,8 @@ class Measurer:
         master, optimizer, base = step_state_bytes(self.train_step(name, mesh, knobs.micro_batches, knobs.remat_policy))
         loss = p.train.loss
         needs_reference = loss.needs_reference
-        if p.lora.enabled and not self.run.warmstart.enabled:
-            needs_reference = False  # the KL anchor is the base itself (adapters off): no copy
+        if p.partition().starts_at_frozen and not self.run.warmstart.enabled:
+            needs_reference = False  # the KL anchor is the frozen part alone (LoRA's base): no copy
         sampler_cfg = p.model_config().replace(param_dtype=p.param_dtype)  # as CoEvolution builds its Sampler
         copy = bytes_per_device(abstract_like(param_shapes(sampler_cfg), param_shardings(sampler_cfg, self.mesh(mesh))))
         step_shape = update_shape(self.run, p, shards, knobs.micro_batches)

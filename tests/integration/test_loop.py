@@ -69,8 +69,8 @@ def test_non_finite_loss_stops_before_saving(tmp_path, monkeypatch):
         def __getattr__(self, name):
             return getattr(real_update, name)
 
-        def __call__(self, params, opt_state, batch):
-            params, opt_state, metrics = real_update(params, opt_state, batch)
+        def __call__(self, params, opt_state, batch, frozen=None):
+            params, opt_state, metrics = real_update(params, opt_state, batch, frozen)
             return params, opt_state, {**metrics, "loss": float("nan")}
 
     monkeypatch.setattr(loop.agent, "update", PoisonedStep())

@@ -142,7 +142,8 @@ def test_adapted_mlp_matches_a_numpy_rederivation(model):
 
 
 def test_the_sampler_places_merged_adapters(model):
-    """`Sampler.prepare_params(base, adapters)` folds the adapters in layer by layer: the cached
+    """The LoRA partition places the base on a sampler with the adapters folded in layer by layer
+    (`Sampler.prepare_params(base, layer_update=...)`): the cached
     decode path's logits equal the training forward of the adapted tree, and greedy tokens equal
     those of the weights merged by `lora.merge`."""
     from tests.support.decode_reference import teacher_forced_logits
@@ -151,7 +152,7 @@ def test_the_sampler_places_merged_adapters(model):
     cfg, params = model
     adapters = with_random_b(init_adapters(cfg, LORA, jax.random.key(10)))
     sampler = Sampler(cfg, pad_id=0)
-    placed = sampler.prepare_params(params, adapters)
+    placed = LORA.partition(cfg).place(sampler, adapters, params)
     tokens = np.asarray(_tokens(cfg, batch=2, length=9, seed=11))
     prompts, continuations = [list(tokens[0, :5]), list(tokens[1, :3])], [list(tokens[0, 5:]), list(tokens[1, 3:])]
     got = teacher_forced_logits(sampler, placed, prompts, continuations)
@@ -165,9 +166,9 @@ def test_the_sampler_places_merged_adapters(model):
 
 
 def test_low_rank_backward_equals_autodiff():
-    """`primitives.low_rank_product` writes its backward out (CPU layouts): the same gradients as
+    """`lora.low_rank_product` writes its backward out (CPU layouts): the same gradients as
     autodiff of (x @ a) @ b, for x, a and b."""
-    from genenv_jax.models.primitives import low_rank_product
+    from genenv_jax.models.lora import low_rank_product
 
     rng = np.random.RandomState(3)
     x, a, b, cot = (jnp.asarray(rng.randn(*shape), jnp.float32) for shape in ((37, 11), (11, 3), (3, 13), (37, 13)))

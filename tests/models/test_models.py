@@ -246,7 +246,8 @@ def test_sequence_chunked_mlp_equals_one_pass(monkeypatch):
     monkeypatch.setattr(qwen2, "MLP_CHUNK_TOKENS", 4)
     lengths = []
     mlp = qwen2.primitives.mlp
-    monkeypatch.setattr(qwen2.primitives, "mlp", lambda cfg, p, x, c: lengths.append(x.shape[1]) or mlp(cfg, p, x, c))
+    monkeypatch.setattr(qwen2.primitives, "mlp",
+                        lambda cfg, p, x, c, d=None: lengths.append(x.shape[1]) or mlp(cfg, p, x, c, d))
     jax.clear_caches()  # the forward is jitted on cfg: trace it again with the small chunk
     out, grads = logits_and_grads(cfg)
     jax.clear_caches()

@@ -70,7 +70,7 @@ def setup():
 
 def test_lora_grpo_loss_matches_numpy(setup):
     base, adapters, _, batch, lp, ent = setup
-    step = rl.make_grpo_step(CFG, optax.sgd(1.0), LOSS, lora=LORA, donate=False)
+    step = rl.make_grpo_step(CFG, optax.sgd(1.0), LOSS, partition=LORA.partition(CFG), donate=False)
     _, _, metrics = step(adapters, step.init_opt_state(adapters), batch, base)
     expected = np_grpo(lp, batch["old_logprobs"], batch["ref_logprobs"], batch["advantages"], batch["loss_mask"],
                        ent, LOSS)
@@ -81,7 +81,7 @@ def test_lora_grpo_loss_matches_numpy(setup):
 
 def test_lora_grpo_gradient_matches_the_numpy_chain_rule(setup):
     base, adapters, merged, batch, _, _ = setup
-    lora_step = rl.make_grpo_step(CFG, optax.sgd(1.0), LOSS, lora=LORA, donate=False)
+    lora_step = rl.make_grpo_step(CFG, optax.sgd(1.0), LOSS, partition=LORA.partition(CFG), donate=False)
     new, _, _ = lora_step(adapters, lora_step.init_opt_state(adapters), batch, base)
     full_step = rl.make_grpo_step(CFG, optax.sgd(1.0), LOSS, donate=False)  # at the merged weights
     moved, _, _ = full_step(merged, full_step.init_opt_state(merged), batch)

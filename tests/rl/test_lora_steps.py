@@ -1,5 +1,5 @@
-"""LoRA training steps (rl.step with `lora`): the adapters are the trained tree and the base a
-frozen argument. The base is untouched, only adapters move, the optimizer state is the adapters',
+"""LoRA training steps (rl.step with LoRA's partition): the adapters are the trained tree and the
+base a frozen argument. The base is untouched, only adapters move, the optimizer state is the adapters',
 a sharded step equals the single-device one, an SFT step learns, and the compiled step holds no
 base-sized gradient (its memory analysis)."""
 
@@ -11,6 +11,7 @@ import pytest
 from genenv_jax import parallel, rl
 from genenv_jax.models import ModelConfig, init_params, param_shapes, param_shardings, preset, shard_params
 from genenv_jax.models.lora import LoRAConfig, adapter_shapes, init_adapters, with_adapters
+from genenv_jax.models.partition import Partition
 
 LORA = LoRAConfig(rank=4, alpha=8.0)
 CFG = preset("micro", lora_scale=LORA.scale)
@@ -29,7 +30,7 @@ def _batch(cfg=CFG, batch=BATCH, length=LENGTH, seed=0):
 
 def _grpo(cfg=CFG, mesh=None):
     optimizer = rl.make_optimizer(rl.OptimizerConfig(learning_rate=1e-2, eps=1e-4))
-    return rl.make_grpo_step(cfg, optimizer, rl.GRPOConfig(kl_coef=0.0), mesh=mesh, lora=LORA)
+    return rl.make_grpo_step(cfg, optimizer, rl.GRPOConfig(kl_coef=0.0), mesh=mesh, partition=LORA.partition(cfg))
 
 
 def _keys(batch):
@@ -41,7 +42,7 @@ def test_a_lora_step_moves_the_adapters_and_leaves_the_base():
     base_before = jax.tree.map(np.asarray, base)
     adapters = init_adapters(CFG, LORA, jax.random.key(1))
     step = _grpo()
-    assert step.trains_adapters
+    assert step.weights.has_frozen
     opt_state = step.init_opt_state(adapters)
     assert jax.tree.structure(step.abstract_params()) == jax.tree.structure(adapter_shapes(CFG, LORA))
     new, opt_state, metrics = step(adapters, opt_state, _keys(_batch()), base)
@@ -92,7 +93,7 @@ def test_lora_sft_learns_a_fixed_sequence():
     base = init_params(CFG, jax.random.key(0))
     base = {**base, "lm_head": base["lm_head"] * 30}
     adapters = init_adapters(CFG, LORA, jax.random.key(1))
-    step = rl.make_sft_step(CFG, 1e-2, chunk_size=64, lora=LORA)
+    step = rl.make_sft_step(CFG, 1e-2, chunk_size=64, partition=LORA.partition(CFG))
     opt_state = step.init_opt_state(adapters)
     batch = {k: v for k, v in _batch().items() if k in ("tokens", "attention_mask", "loss_mask")}
     batch["tokens"][:] = batch["tokens"][0]  # one sequence, eight times
@@ -118,10 +119,10 @@ def test_the_compiled_lora_step_holds_no_base_gradient():
 
     def temp_bytes(step, trained):
         opt = jax.eval_shape(lambda p: optimizer.init(p), trained)
-        args = (trained, opt, batch) + ((base,) if step.trains_adapters else ())
-        return step.lower(*args[:3], *args[3:]).compile().memory_analysis().temp_size_in_bytes
+        frozen = base if step.weights.has_frozen else None
+        return step.lower(trained, opt, batch, frozen).compile().memory_analysis().temp_size_in_bytes
 
-    lora_step = rl.make_grpo_step(cfg, optimizer, rl.GRPOConfig(kl_coef=0.0), lora=LORA)
+    lora_step = rl.make_grpo_step(cfg, optimizer, rl.GRPOConfig(kl_coef=0.0), partition=LORA.partition(cfg))
     full_step = rl.make_grpo_step(cfg, optimizer, rl.GRPOConfig(kl_coef=0.0))
     lora_temp = temp_bytes(lora_step, adapter_shapes(cfg, LORA))
     full_temp = temp_bytes(full_step, base)
@@ -145,24 +146,33 @@ def test_adapters_at_b_zero_give_the_base_logprobs_in_the_step():
 
 # ---------------------------------------------------------------- LoRA dropout (training steps only)
 def test_dropout_drops_each_targets_input_at_its_rate_and_keeps_the_expectation():
-    from genenv_jax.models.lora import DROPOUT_KEY, dropout_input, with_dropout
+    """The partition's dropout: a key per layer and adapted block beside the weights (an argument
+    of the forward; the adapted tree carries no dropout leaf), a mask per target at the rate."""
+    from genenv_jax.models.lora import dropout_input, layer_dropout
 
-    adapters = init_adapters(CFG, LORA, jax.random.key(1))
-    tree = with_dropout(with_adapters(init_params(CFG, jax.random.key(0)), adapters), jax.random.key(3), 0.25)
-    block = jax.tree.map(lambda a: a[0], tree["layers"]["attn"])  # layer 0's leaves
+    partition = LoRAConfig(rank=4, alpha=8.0, dropout=0.25).partition(CFG)
+    tokens = jnp.asarray(_batch()["tokens"])
+    dropout = partition.dropout(tokens)
+    assert set(dropout) == {"attn", "mlp"} and dropout["attn"]["key"].shape[0] == CFG.num_layers
+    block = jax.tree.map(lambda a: a[0], dropout["attn"])  # layer 0's
     x = jnp.ones((16, 64, 32), jnp.float32)
     q, k = np.asarray(dropout_input(block, "q", x)), np.asarray(dropout_input(block, "k", x))
     assert abs((q == 0).mean() - 0.25) < 0.01 and np.allclose(q[q != 0], 1 / 0.75)
     assert (q != k).any()  # each target draws its own mask
-    layer1 = jax.tree.map(lambda a: a[1], tree["layers"]["attn"])
+    layer1 = jax.tree.map(lambda a: a[1], dropout["attn"])
     assert (np.asarray(dropout_input(layer1, "q", x)) != q).any()  # and each layer
-    assert DROPOUT_KEY not in with_adapters(init_params(CFG, jax.random.key(0)), adapters)["layers"]["attn"]
+    adapters = init_adapters(CFG, LORA, jax.random.key(1))
+    model = partition.model(adapters, init_params(CFG, jax.random.key(0)))
+    assert not any("dropout" in k for k in model["layers"]["attn"])  # the weights hold no dropout leaf
+    assert set(layer_dropout(LoRAConfig(rank=4, dropout=0.1, targets=("down",)), 3, jax.random.key(0))) == {"mlp"}
+    assert partition.dropout(tokens + 1)["attn"]["key"].tolist() != dropout["attn"]["key"].tolist()  # keyed by the batch
+    assert LORA.partition(CFG).dropout(tokens) is None and Partition(CFG).dropout(tokens) is None
 
 
 def _dropout_step(rate):
     lora = LoRAConfig(rank=LORA.rank, alpha=LORA.alpha, dropout=rate)
     optimizer = rl.make_optimizer(rl.OptimizerConfig(learning_rate=1e-2, eps=1e-4))
-    return rl.make_grpo_step(CFG, optimizer, rl.GRPOConfig(kl_coef=0.0), lora=lora, donate=False)
+    return rl.make_grpo_step(CFG, optimizer, rl.GRPOConfig(kl_coef=0.0), partition=lora.partition(CFG), donate=False)
 
 
 @pytest.mark.slow
@@ -187,25 +197,24 @@ def test_a_dropout_step_is_a_pure_function_of_its_batch_and_differs_from_no_drop
 
 
 def test_dropout_reaches_the_chunked_mlp_with_a_mask_per_chunk():
-    from genenv_jax.models import forward
-    from genenv_jax.models.lora import tokens_key, with_dropout
+    from genenv_jax.models import hidden_states
     from genenv_jax.models.primitives import no_constraint
     from genenv_jax.models.qwen2 import MLP_CHUNK_TOKENS, _sequence_chunked_mlp
     from tests.support.random_params import with_random_b
 
     cfg = CFG.replace(remat_policy="full")
     base = init_params(cfg, jax.random.key(0))
-    adapters = with_random_b(init_adapters(cfg, LoRAConfig(rank=4, alpha=8.0, targets=("down",)),
-                                           jax.random.key(1)), seed=2, std=0.5)
+    lora = LoRAConfig(rank=4, alpha=8.0, targets=("down",), dropout=0.5)
+    adapters = with_random_b(init_adapters(cfg, lora, jax.random.key(1)), seed=2, std=0.5)
     tokens = jnp.asarray(np.random.RandomState(0).randint(3, cfg.vocab_size, (1, 2 * MLP_CHUNK_TOKENS)))
-    plain = with_adapters(base, adapters)
-    dropped = with_dropout(plain, tokens_key(tokens), 0.5)
-    a, b = (np.asarray(forward(cfg, t, tokens)) for t in (plain, dropped))
+    partition = lora.partition(cfg)
+    plain, dropout = partition.model(adapters, base), partition.dropout(tokens)
+    a, b = (np.asarray(hidden_states(cfg, plain, tokens, None, None, d)) for d in (None, dropout))
     assert np.isfinite(b).all() and not np.allclose(a, b)
     # Two chunks of identical input: equal outputs without dropout, different masks with it.
     half = jax.random.normal(jax.random.key(5), (1, MLP_CHUNK_TOKENS, cfg.hidden_size))
     x = jnp.concatenate([half, half], axis=1)
-    for tree, equal in ((plain, True), (dropped, False)):
-        mlp = jax.tree.map(lambda leaf: leaf[0], tree["layers"]["mlp"])
-        out = np.asarray(_sequence_chunked_mlp(cfg, mlp, x, no_constraint))
+    mlp = jax.tree.map(lambda leaf: leaf[0], plain["layers"]["mlp"])
+    for layer_dropout, equal in ((None, True), (jax.tree.map(lambda leaf: leaf[0], dropout["mlp"]), False)):
+        out = np.asarray(_sequence_chunked_mlp(cfg, mlp, x, no_constraint, layer_dropout))
         assert np.allclose(out[:, :MLP_CHUNK_TOKENS], out[:, MLP_CHUNK_TOKENS:]) == equal

@@ -172,7 +172,8 @@ def test_lora_grpo_learns_to_copy_a_digit():
     base = {**base, "lm_head": base["lm_head"] * 10}
     adapters = init_adapters(cfg, lora, jax.random.key(2))
     optimizer = rl.make_optimizer(rl.OptimizerConfig(learning_rate=LORA_LEARNING_RATE, weight_decay=0.0))
-    step = rl.make_grpo_step(cfg, optimizer, rl.GRPOConfig(kl_coef=1e-3, entropy_coef=0.0), lora=lora)
+    step = rl.make_grpo_step(cfg, optimizer, rl.GRPOConfig(kl_coef=1e-3, entropy_coef=0.0),
+                             partition=lora.partition(cfg))
     before = jax.tree.map(np.asarray, base)
     history, metrics = _grpo_copy_history(cfg, step, adapters, base, steps=LORA_STEPS)
     start, end = np.mean(history[:5]), np.mean(history[-10:])

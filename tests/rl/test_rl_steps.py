@@ -148,7 +148,7 @@ def test_a_micro_batch_without_loss_tokens_is_skipped_and_changes_nothing(batch)
     assert_matches_reference(params, history, whole)
     assert history[0]["tokens"] == batch["loss_mask"].sum()
     placed = step.place_params(fresh_params())
-    jaxpr = str(jax.make_jaxpr(step.fn)(placed, step.init_opt_state(placed), padded))
+    jaxpr = str(jax.make_jaxpr(step.fn)(placed, step.init_opt_state(placed), padded, {}))
     assert " cond[" in jaxpr
 
 
