@@ -248,7 +248,7 @@ def model_and_params(args, mesh) -> tuple[ModelConfig, object, str]:
 def time_phases(args, cfg: ModelConfig, step: rl.TrainStep, trained, frozen, batch, mesh) -> dict[str, float]:
     """Each pass of a step, and of the loop around it, jitted and timed alone (median seconds)."""
     repeats = max(1, min(args.steps, 3))
-    partition = step.weights
+    partition = step.partition
     logprobs = rl.make_logprobs_fn(cfg, mesh, chunk_size=args.chunk_size, micro_batches=args.micro_batches,
                                    partition=partition)
     reference = frozen if partition.starts_at_frozen else trained  # the frozen base alone, or a full copy

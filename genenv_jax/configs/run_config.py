@@ -138,13 +138,13 @@ class RunConfig:
         return paths
 
     def shares_frozen_base(self) -> bool:
-        """Whether the agent and the simulator train over one frozen base: both partitions have a
-        frozen part (LoRA's base), start from the same source (`share_agent_init`, or one model_dir)
+        """Whether the agent and the simulator train over one frozen base: both train LoRA adapters
+        (their partitions' frozen part is the base), start from the same source (`share_agent_init`, or one model_dir)
         and have the same param tree (dtype and layout). The loop then holds the base once; the
         memory plan counts it once."""
         a, s = self.agent, self.simulator
         same_source = self.share_agent_init or (bool(a.model_dir) and a.model_dir == s.model_dir)
-        return (a.partition().has_frozen and s.partition().has_frozen and same_source
+        return (a.lora.enabled and s.lora.enabled and same_source  # read off the config: no model source is opened
                 and param_shapes(a.model_config()) == param_shapes(s.model_config()))
 
 

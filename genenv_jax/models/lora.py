@@ -40,6 +40,7 @@ from jax.sharding import Mesh, PartitionSpec
 from genenv_jax.core.config_checks import KeyProblem, check_fields, setting
 from genenv_jax.models.config import ModelConfig
 from genenv_jax.models.partition import Partition
+from genenv_jax.models.params import param_shapes
 from genenv_jax.models.partitioning import param_shardings, shardings_of
 
 Params = Any
@@ -311,8 +312,8 @@ def merge(params: Params, adapters: Params, scale: float) -> Params:
 
 
 def count_params(cfg: ModelConfig, lora: LoRAConfig) -> int:
-    """Trainable adapter parameters."""
-    return sum(math.prod(s.shape) for s in jax.tree.leaves(adapter_shapes(cfg, lora))) if lora.enabled else 0
+    """Trainable adapter parameters (0 without adapters)."""
+    return lora.partition(cfg).trainable_params() if lora.enabled else 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -343,7 +344,7 @@ class AdapterPartition(Partition):
         return adapter_shapes(self.cfg, self.lora)
 
     def frozen_shapes(self) -> Params:
-        return Partition(self.cfg).trainable_shapes()
+        return param_shapes(self.cfg)
 
     def trainable_shardings(self, mesh: Mesh, rules: Sequence[tuple[str, Any]] | None = None) -> Params:
         return adapter_shardings(self.cfg, self.lora, mesh, rules)

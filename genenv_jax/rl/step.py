@@ -69,10 +69,13 @@ class TrainStep:
     rules: Any = None
     partition: Partition | None = None  # what `params` (trainable) and `frozen` are; None: full fine-tuning
     frozen_shardings: Any = None        # the frozen part's shardings (with a mesh)
+    frozen_structure: Any = None        # the frozen part's tree structure (checked on each call)
 
-    @property
-    def weights(self) -> Partition:
-        return self.partition if self.partition is not None else Partition(self.cfg)
+    def __post_init__(self):
+        if self.partition is None:
+            object.__setattr__(self, "partition", Partition(self.cfg))
+        if self.frozen_structure is None:
+            object.__setattr__(self, "frozen_structure", jax.tree.structure(self.partition.frozen_shapes()))
 
     def _context(self):
         if self.mesh is None:
@@ -92,15 +95,14 @@ class TrainStep:
     def _frozen(self, frozen: Params | None) -> tuple:
         """The step's fourth argument: the frozen part (`{}` for a partition without one), checked
         to be the partition's tree so that no other tree is silently ignored."""
-        expected = self.weights.frozen_shapes()
         if frozen is None:
-            if self.weights.has_frozen:
-                raise ValueError(f"this step ({self.weights.describe()}) needs the frozen base: "
+            if self.partition.has_frozen:
+                raise ValueError(f"this step ({self.partition.describe()}) needs the frozen base: "
                                  "step(trainable, opt_state, batch, frozen)")
-            return (expected,)
-        if jax.tree.structure(frozen) != jax.tree.structure(expected):
-            wanted = "the frozen base's param tree" if self.weights.has_frozen else "no frozen params ({})"
-            raise ValueError(f"this step ({self.weights.describe()}) takes {wanted} as its fourth argument; "
+            return ({},)
+        if jax.tree.structure(frozen) != self.frozen_structure:
+            wanted = "the frozen base's param tree" if self.partition.has_frozen else "no frozen params ({})"
+            raise ValueError(f"this step ({self.partition.describe()}) takes {wanted} as its fourth argument; "
                              f"got a tree of {len(jax.tree.leaves(frozen))} leaves")
         return (frozen,)
 
@@ -118,7 +120,7 @@ class TrainStep:
 
     def trained_shapes(self) -> Params:
         """ShapeDtypeStructs of what this step trains (the partition's trainable part)."""
-        return self.weights.trainable_shapes()
+        return self.partition.trainable_shapes()
 
     def abstract_params(self) -> Params:
         """ShapeDtypeStructs of the trained tree with this step's shardings (e.g. a checkpoint restore target)."""
@@ -240,4 +242,5 @@ def build_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, 
         fn = jax.jit(step, in_shardings=(p_shardings, o_shardings, batch_prefix, f_shardings),
                      out_shardings=(p_shardings, o_shardings, replicated), donate_argnums=donate_argnums)
     return TrainStep(fn=fn, cfg=cfg, optimizer=optimizer, mesh=mesh, param_shardings=p_shardings,
-                     opt_shardings=o_shardings, rules=rules, partition=partition, frozen_shardings=f_shardings)
+                     opt_shardings=o_shardings, rules=rules, partition=partition, frozen_shardings=f_shardings,
+                     frozen_structure=jax.tree.structure(partition.frozen_shapes()))

@@ -116,7 +116,7 @@ def abstract_step_batch(rule: str, rows: int, seq: int, mesh) -> dict[str, jax.S
 
 def abstract_base(step: TrainStep) -> Any:
     """The frozen part a step takes (ShapeDtypeStructs in its dtype and shardings; `{}` for none)."""
-    return abstract_like(step.weights.frozen_shapes(), step.frozen_shardings)
+    return abstract_like(step.partition.frozen_shapes(), step.frozen_shardings)
 
 
 def compile_step(step: TrainStep, rule: str, rows: int, seq: int) -> Any:
@@ -355,10 +355,11 @@ class Measurer:
     def measure(self, name: str, mesh: tuple[int, int, int], knobs: Knobs, with_programs: bool = True) -> PolicyMemory:
         """PolicyMemory of one policy; `with_programs=False` sizes the resident arrays only (no compile)."""
         p, shards = self.policy(name), mesh[0] * mesh[1]
-        master, optimizer, base = step_state_bytes(self.train_step(name, mesh, knobs.micro_batches, knobs.remat_policy))
+        step = self.train_step(name, mesh, knobs.micro_batches, knobs.remat_policy)
+        master, optimizer, base = step_state_bytes(step)
         loss = p.train.loss
         needs_reference = loss.needs_reference
-        if p.partition().starts_at_frozen and not self.run.warmstart.enabled:
+        if step.partition.starts_at_frozen and not self.run.warmstart.enabled:
             needs_reference = False  # the KL anchor is the frozen part alone (LoRA's base): no copy
         sampler_cfg = p.model_config().replace(param_dtype=p.param_dtype)  # as CoEvolution builds its Sampler
         copy = bytes_per_device(abstract_like(param_shapes(sampler_cfg), param_shardings(sampler_cfg, self.mesh(mesh))))

@@ -42,7 +42,7 @@ def test_a_lora_step_moves_the_adapters_and_leaves_the_base():
     base_before = jax.tree.map(np.asarray, base)
     adapters = init_adapters(CFG, LORA, jax.random.key(1))
     step = _grpo()
-    assert step.weights.has_frozen
+    assert step.partition.has_frozen
     opt_state = step.init_opt_state(adapters)
     assert jax.tree.structure(step.abstract_params()) == jax.tree.structure(adapter_shapes(CFG, LORA))
     new, opt_state, metrics = step(adapters, opt_state, _keys(_batch()), base)
@@ -119,7 +119,7 @@ def test_the_compiled_lora_step_holds_no_base_gradient():
 
     def temp_bytes(step, trained):
         opt = jax.eval_shape(lambda p: optimizer.init(p), trained)
-        frozen = base if step.weights.has_frozen else None
+        frozen = base if step.partition.has_frozen else None
         return step.lower(trained, opt, batch, frozen).compile().memory_analysis().temp_size_in_bytes
 
     lora_step = rl.make_grpo_step(cfg, optimizer, rl.GRPOConfig(kl_coef=0.0), partition=LORA.partition(cfg))
