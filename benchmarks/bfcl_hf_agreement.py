@@ -16,6 +16,9 @@ token cap), scores HF's text with the same official checker, and reports:
     python benchmarks/bfcl_hf_agreement.py --run RUN --model_dir DIR --out OUT [--batch_size 16]
     python benchmarks/bfcl_hf_agreement.py --run RUN --out OUT --no_hf      # the table only
     python benchmarks/bfcl_hf_agreement.py --run RUN --out OUT --reuse_hf   # again, from OUT/hf_items.jsonl
+
+The prompts are rebuilt with the domain options the run recorded (`config.domain_options`: mode,
+prompt_format, decoding); a run from before they were recorded names them with `--domain_option`.
 """
 
 from __future__ import annotations
@@ -36,7 +39,9 @@ import numpy as np
 from genenv_jax.text import tokenization
 from genenv_jax.text.chat_text import ChatText
 from genenv_jax.domains import get_domain
-from genenv_jax.evaluation import select_tasks
+from genenv_jax.domains.bfcl import replies
+from genenv_jax.domains.bfcl.data import SplitFractions
+from genenv_jax.evaluation import domain_options, select_tasks
 from genenv_jax.core.json_text import JSONTextError, load_json_text
 
 FENCED = re.compile(r"```(?:json|python|tool_call)?\s*\n(.*?)\n?```", re.S)
@@ -74,6 +79,25 @@ def _items(run: Path) -> tuple[dict, list[dict]]:
     config = json.loads((run / "results.json").read_text())["config"]
     items = [json.loads(line) for line in (run / "items.jsonl").read_text().splitlines() if line.strip()]
     return config, items
+
+
+def _as_mode_calls(domain, calls: list[dict]) -> str:
+    """JSON calls written as the run's mode asks for calls: `<tool_call>` blocks, or `[f(a=v)]`."""
+    if domain.mode == "prompting":
+        return replies.python_calls(calls)
+    return tokenization.render_tool_calls(calls)
+
+
+def _domain(config: dict, pairs: list[str]):
+    """The bfcl domain as the run evaluated it: its recorded `domain_options` (every option,
+    defaults resolved), else the `--domain_option` flags over today's defaults."""
+    recorded = config.get("domain_options")
+    if recorded is not None and pairs:
+        raise SystemExit("--domain_option: the run records its domain options; they are used as recorded")
+    options = recorded if recorded is not None else domain_options(pairs)
+    if "split_fractions" in options and isinstance(options["split_fractions"], dict):
+        options = dict(options, split_fractions=SplitFractions(**options["split_fractions"]))
+    return get_domain("bfcl", **options)
 
 
 def _tasks(config: dict, items: list[dict], domain):
@@ -178,6 +202,9 @@ def main(argv=None) -> int:
     p.add_argument("--model_dir", help="the HF directory the run evaluated (default: the run's model_dir)")
     p.add_argument("--out", required=True)
     p.add_argument("--batch_size", type=int, default=16)
+    p.add_argument("--domain_option", action="append", default=[], metavar="KEY=VALUE",
+                   help="bfcl options of a run that did not record them (runs before 2026-12-06 ran with "
+                        "prompt_format=qwen25_template and decoding=lenient); a recorded run needs none")
     p.add_argument("--no_hf", action="store_true", help="only the table of the run (no HF decoding)")
     p.add_argument("--reuse_hf", action="store_true", help="read OUT/hf_items.jsonl of an earlier run instead of "
                                                            "decoding again")
@@ -186,13 +213,14 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     config, items = _items(run)
     model_dir = args.model_dir or config.get("model_dir")
-    domain = get_domain("bfcl")
+    domain = _domain(config, args.domain_option)
     tasks = _tasks(config, items, domain)
     text = ChatText.load(model_dir if model_dir and os.path.isdir(model_dir) else None)
     prompts = [text.prompt(domain.agent_prompt(t)) for t in tasks]
     mismatched = [it["task_id"] for it, pr in zip(items, prompts) if it["prompt_tokens"] != len(pr)]
     if mismatched:
-        raise SystemExit(f"prompt lengths differ from the run's for {mismatched[:5]}")
+        hint = "" if "domain_options" in config else " (the run records no domain options: pass its --domain_option flags)"
+        raise SystemExit(f"prompt lengths differ from the run's for {mismatched[:5]}{hint}")
     report: dict = {"run": str(run), "model_dir": model_dir, "n": len(items), "machine": platform.processor() or
                     platform.machine(), "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv)}
     hf_rows = None
@@ -223,7 +251,7 @@ def main(argv=None) -> int:
         row["fenced"] += calls is not None
         # Diagnostic only: JSON calls read as calls, scored by the same checker (on irrelevance such
         # a call then counts as a call, so this can be lower than the score).
-        row["lenient"] += it["reward"] if calls is None else domain.score(task, tokenization.render_tool_calls(calls))
+        row["lenient"] += it["reward"] if calls is None else domain.score(task, _as_mode_calls(domain, calls))
         if hf_rows is not None:
             hf = hf_rows[i]
             row["hf"] += hf["reward"]

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import inspect
 import json
@@ -141,6 +142,25 @@ def build_domain(name: str, pairs: Sequence[str], defaults: Mapping[str, Any] | 
         raise CommandError(f"--domain_option for {name}: {err}") from None
 
 
+def effective_options(domain) -> dict[str, Any]:
+    """The options the evaluated domain actually ran with, defaults resolved (bfcl's `mode`,
+    `prompt_format`, `decoding`, ...): each constructor parameter the domain keeps as an attribute
+    of the same name, as JSON. Recorded in the report so a run says which prompt and which reading
+    of the reply produced its numbers, and a later check can rebuild the same prompts."""
+    options: dict[str, Any] = {}
+    for name in inspect.signature(type(domain)).parameters:
+        if not hasattr(domain, name):  # kept under another name, or only used in the constructor
+            continue
+        value = getattr(domain, name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            value = dataclasses.asdict(value)
+        try:
+            options[name] = json.loads(json.dumps(value))
+        except (TypeError, ValueError):  # not JSON (an object the domain was handed): not recorded
+            continue
+    return options
+
+
 def run_agent(run_dir: str, epoch: int | None):
     """(cfg, merged params, epoch, the run's tokenizer source) of a run's agent (`load_run_policy`),
     with an unreadable checkpoint as an expected error (one line)."""
@@ -228,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         batch_size=args.batch_size, max_prompt_tokens=args.max_prompt_tokens, max_turns=args.max_turns,
         progress=not args.no_progress,
         config=dict(source, split=args.split, max_per_category=args.max_per_category, sample_seed=args.sample_seed,
-                    tokenizer=tok_dir or "bundled-qwen2.5"))
+                    tokenizer=tok_dir or "bundled-qwen2.5", domain_options=effective_options(domain)))
     if not is_writer():  # process 0 writes the report
         return 0
     paths = write_report(report, args.out)

@@ -111,6 +111,9 @@ def test_cli_end_to_end_on_tiny_random_model(tmp_path, capsys):
     assert all(row["n"] == 1 and 0.0 <= row["accuracy"] <= 1.0 for row in data["per_category"].values())
     assert {"non_live_ast", "live_ast", "irrelevance", "overall", "overall_micro"} <= set(data["summary"])
     assert data["config"]["decoding"] == "greedy" and data["config"]["preset"] == "tiny"
+    # The report says which prompt and which reading of the reply produced it (defaults resolved).
+    assert {k: data["config"]["domain_options"][k] for k in ("mode", "prompt_format", "decoding")} == \
+        {"mode": "fc", "prompt_format": "bfcl_fc_qwen25", "decoding": "bfcl"}
     items = [json.loads(line) for line in (out / "items.jsonl").read_text().splitlines()]
     assert len(items) == 10 and all(it["response_tokens"] <= 3 for it in items)
     # In the default prompt format (bfcl_fc_qwen25, docs indented) live_multiple_8-4-0 (1733 prompt
@@ -199,6 +202,17 @@ def test_domain_options_read_json_values_over_the_run_defaults():
 
 
 @pytest.mark.slow
+def test_effective_options_are_the_domains_resolved_options_as_json():
+    from genenv_jax.evaluation.cli import effective_options
+
+    options = effective_options(BFCLDomain(categories=("irrelevance",), mode="prompting"))
+    assert options["categories"] == ["irrelevance"] and options["split_fractions"] == \
+        {"train": 0.7, "validation": 0.1, "test": 0.2}
+    assert (options["mode"], options["prompt_format"], options["decoding"]) == \
+        ("prompting", "bfcl_prompting_qwen25", "bfcl")
+    assert json.loads(json.dumps(options)) == options
+
+
 def test_cli_evaluates_peft_adapters_over_a_base_as_the_merged_model(tmp_path, capsys):
     """`--model_dir=BASE --adapter_dir=PEFT` decodes what the merged weights decode."""
     from genenv_jax.models import init_params, preset, save_hf
