@@ -58,3 +58,14 @@ def test_runs_in_the_wrong_mode_or_of_other_items_are_refused(tmp_path):
     other = _run(tmp_path / "other", "prompting", PROMPTING[:2])
     with pytest.raises(SystemExit, match="scored different items"):
         script.main(["--fc", str(fc), "--prompting", str(other), "--out", str(tmp_path / "out")])
+
+
+def test_one_mode_alone(tmp_path):
+    script = _script()
+    prompting = _run(tmp_path / "pr", "prompting", PROMPTING)
+    assert script.main(["--prompting", str(prompting), "--out", str(tmp_path / "out")]) == 0
+    md = (tmp_path / "out" / "table.md").read_text()
+    assert md.splitlines()[0] == "| category | n | ours, prompting | 95% CI | published, prompting |"
+    assert "| simple_python | 2 | 100.0 | 34.2 - 100.0 | 58.2 |" in md
+    with pytest.raises(SystemExit):
+        script.main(["--out", str(tmp_path / "out")])
