@@ -168,6 +168,20 @@ def per_epoch(inp: Inputs) -> str:
     return "\n".join(out).rstrip()
 
 
+def level_success(inp: Inputs) -> str:
+    """Per run and epoch: the agent's success rate on its rollouts of each level's tasks (the
+    metrics' `category/<level>/success`), so where the agent's frontier lies each epoch can be
+    read beside what the simulator wrote (levels nobody wrote that epoch are '-')."""
+    numbers = level_numbers(inp.study.levels)
+    out = []
+    for d in inp.data:
+        rows = [[str(e)] + [_fmt(row.get(f"category/{level}/success")) for level in inp.study.levels]
+                for e, row in sorted(d.run.rows.items()) if e >= 0]
+        if rows:
+            out += [f"### {d.run.name}", "", _table(["epoch"] + [f"L{n}" for n in numbers], rows), ""]
+    return "\n".join(out).rstrip() or "(No run has epochs yet.)"
+
+
 def simulator_updates(inp: Inputs) -> str:
     """Per run that trains its simulator and epoch: the update's statistics as the loop logged them."""
     out = []
@@ -253,7 +267,7 @@ def render(inp: Inputs, found: Sequence[Decided], images: Path, out: Path, templ
     sections: dict[str, Callable[[], str]] = {
         "coverage": lambda: coverage(inp), "probe": lambda: probe(inp), "claims": lambda: claims(found),
         "movement": lambda: movement(inp), "directions": lambda: directions(inp),
-        "per_epoch": lambda: per_epoch(inp),
+        "per_epoch": lambda: per_epoch(inp), "level_success": lambda: level_success(inp),
         "simulator_updates": lambda: simulator_updates(inp), "rejections": lambda: rejections(inp),
         "heldout": lambda: heldout(inp), "plots": lambda: plots(images, out)}
     named = re.findall(r"^\{\{(\w+)\}\}$", template, flags=re.M)

@@ -275,3 +275,17 @@ def test_the_committed_report_rebuilds_from_the_kept_runs(tmp_path):
     assert out.read_bytes() == (ROOT / calc_report.OUT).read_bytes()
     for made in sorted((tmp_path / calc_report.IMAGES).iterdir()):
         assert made.read_bytes() == (ROOT / calc_report.IMAGES / made.name).read_bytes(), made.name
+
+
+@pytest.mark.skipif(not (ROOT / calc_report.KEPT_STUDY / "study.json").is_file(),
+                    reason=f"no kept study directory {calc_report.KEPT_STUDY} in this checkout")
+def test_level_success_is_each_epochs_metrics_row():
+    """The frontier table against the kept runs' metrics.jsonl read directly."""
+    study = ROOT / calc_report.KEPT_STUDY
+    md = calc_report.level_success(calc_report.read_inputs(study))
+    for run in sorted((study / "runs").iterdir()):
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        for row in (r for r in rows if r["epoch"] >= 0):
+            cells = [f"{row[f'category/level_{n}/success']:.2f}" if f"category/level_{n}/success" in row else "-"
+                     for n in range(1, 8)]
+            assert f"| {row['epoch']} | " + " | ".join(cells) + " |" in md, (run.name, row["epoch"])
