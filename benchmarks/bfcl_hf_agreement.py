@@ -39,8 +39,6 @@ import numpy as np
 from genenv_jax.text import tokenization
 from genenv_jax.text.chat_text import ChatText
 from genenv_jax.domains import get_domain
-from genenv_jax.domains.bfcl import replies
-from genenv_jax.domains.bfcl.data import SplitFractions
 from genenv_jax.evaluation import domain_options, select_tasks
 from genenv_jax.core.json_text import JSONTextError, load_json_text
 
@@ -81,23 +79,13 @@ def _items(run: Path) -> tuple[dict, list[dict]]:
     return config, items
 
 
-def _as_mode_calls(domain, calls: list[dict]) -> str:
-    """JSON calls written as the run's mode asks for calls: `<tool_call>` blocks, or `[f(a=v)]`."""
-    if domain.mode == "prompting":
-        return replies.python_calls(calls)
-    return tokenization.render_tool_calls(calls)
-
-
 def _domain(config: dict, pairs: list[str]):
     """The bfcl domain as the run evaluated it: its recorded `domain_options` (every option,
     defaults resolved), else the `--domain_option` flags over today's defaults."""
     recorded = config.get("domain_options")
     if recorded is not None and pairs:
         raise SystemExit("--domain_option: the run records its domain options; they are used as recorded")
-    options = recorded if recorded is not None else domain_options(pairs)
-    if "split_fractions" in options and isinstance(options["split_fractions"], dict):
-        options = dict(options, split_fractions=SplitFractions(**options["split_fractions"]))
-    return get_domain("bfcl", **options)
+    return get_domain("bfcl", **(recorded if recorded is not None else domain_options(pairs)))
 
 
 def _tasks(config: dict, items: list[dict], domain):
@@ -251,7 +239,7 @@ def main(argv=None) -> int:
         row["fenced"] += calls is not None
         # Diagnostic only: JSON calls read as calls, scored by the same checker (on irrelevance such
         # a call then counts as a call, so this can be lower than the score).
-        row["lenient"] += it["reward"] if calls is None else domain.score(task, _as_mode_calls(domain, calls))
+        row["lenient"] += it["reward"] if calls is None else domain.score(task, domain.render_calls(calls))
         if hf_rows is not None:
             hf = hf_rows[i]
             row["hf"] += hf["reward"]

@@ -1,7 +1,7 @@
 """A trained run's policy exported to GGUF, decoded by llama.cpp itself and by us: equal greedy tokens?
 
-For each GGUF type (F32, F16, Q8_0) the script exports the policy with the export command
-(`python -m genenv_jax.export --format=gguf --gguf_type=T`), takes the agent prompts of a few
+The script reads the policy once (`load_run_policy`, as the export command does) and for each GGUF
+type (F32, F16, Q8_0) exports it as that command's `--format=gguf --gguf_type=T` does, takes the agent prompts of a few
 test tasks of the run's own domain (one per category, seeded), and greedy-decodes `--max_new_tokens`
 after each prompt twice:
 
@@ -37,23 +37,21 @@ import numpy as np
 from genenv_jax.evaluation import select_tasks
 from genenv_jax.evaluation.cli import build_domain, run_domain
 from genenv_jax.evaluation.evaluate import make_generate_fn
-from genenv_jax.evaluation.run_policy import tokenizer_source
+from genenv_jax.evaluation.run_policy import RunPolicy, load_run_policy
 from genenv_jax.export import llamacpp
-from genenv_jax.export.cli import main as export_main
+from genenv_jax.export.cli import staged_export
+from genenv_jax.export.policy_formats import export_policy
 from genenv_jax.models import forward, load_gguf
 from genenv_jax.text.chat_text import ChatText
-from genenv_jax.workdir.checkpoints import Checkpointer
 
 
-def prompt_ids(run_dir: str, epoch: int | None, n: int) -> tuple[list[str], list[list[int]]]:
+def prompt_ids(run_dir: str, policy: RunPolicy, n: int) -> tuple[list[str], list[list[int]]]:
     """(task ids, prompt token ids) of `n` test tasks of the run's domain, rendered with its tokenizer."""
-    name, options = run_domain(run_dir, epoch)
+    name, options = run_domain(run_dir, policy.epoch)
     domain = build_domain(name, [], options)
     tasks = select_tasks(domain.seeds("test"), 1, None, 0)
     tasks = tasks[::max(1, len(tasks) // n)][:n]
-    with Checkpointer(Path(run_dir) / "checkpoints", async_save=False) as ckpt:
-        snapshot = ckpt.metadata(ckpt.latest_epoch() if epoch is None else epoch)["config"]
-    text = ChatText.load(tokenizer_source(snapshot))
+    text = ChatText.load(policy.tokenizer_source)
     return [t.task_id for t in tasks], [list(text.prompt(domain.agent_prompt(t))) for t in tasks]
 
 
@@ -79,17 +77,17 @@ def main(argv=None) -> int:
         raise SystemExit(reason)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    task_ids, prompts = prompt_ids(args.run_dir, args.epoch, args.prompts)
+    policy = load_run_policy(args.run_dir, args.policy, args.epoch)
+    task_ids, prompts = prompt_ids(args.run_dir, policy, args.prompts)
     report = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
               "command": " ".join(["python", "benchmarks/gguf_llamacpp.py", *(argv or sys.argv[1:])]),
               "llama_cpp": llamacpp.installed_version(), "tasks": task_ids,
               "prompt_tokens": [len(x) for x in prompts], "max_new_tokens": args.max_new_tokens, "types": {}}
     for gguf_type in args.types.split(","):
         target = out / f"{args.policy}-{gguf_type}"
-        flags = [f"--run_dir={args.run_dir}", f"--policy={args.policy}", "--format=gguf", f"--gguf_type={gguf_type}",
-                 f"--out={target}"] + ([f"--epoch={args.epoch}"] if args.epoch is not None else [])
-        if not (target / "model.gguf").is_file() and export_main(flags) != 0:
-            raise SystemExit(f"export of {gguf_type} failed")
+        if not (target / "model.gguf").is_file():
+            staged_export(str(target), lambda staging, t=gguf_type: {"run_dir": args.run_dir, "what": "policy",
+                                                                      **export_policy(policy, "gguf", staging, t)})
         cfg, params = load_gguf(target / "model.gguf")
         t0 = time.time()
         ours = make_generate_fn(cfg, params, [], 0, len(prompts))(prompts, args.max_new_tokens)

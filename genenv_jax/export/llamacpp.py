@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Sequence
 
 SCRIPT = Path(__file__).with_name("llamacpp_js") / "greedy.mjs"
+KV_TYPES = ("F32", "F16")  # the KV cache's element types `greedy` offers
 
 
 class LlamaCppUnavailable(RuntimeError):
@@ -47,9 +48,6 @@ def unavailable_reason() -> str | None:
         if not (modules / package / "package.json").is_file():
             return f"llama.cpp checks need {package} in {modules} (`make llamacpp` installs it)"
     return None
-
-
-KV_TYPES = ("F32", "F16")
 
 
 def installed_version() -> str:

@@ -246,3 +246,16 @@ def test_cli_evaluates_peft_adapters_over_a_base_as_the_merged_model(tmp_path, c
     assert evaluation.main([f"--model_dir={tmp_path / 'base'}", f"--adapter_dir={tmp_path / 'no_adapters'}",
                             f"--out={tmp_path / 'x'}"]) == 2
     assert re.search(r"error: --adapter_dir: .*missing", capsys.readouterr().err)
+
+
+def test_recorded_domain_options_rebuild_the_same_domain():
+    """A report's `domain_options` (JSON: split_fractions as a mapping) build the domain again."""
+    from genenv_jax.domains import get_domain
+    from genenv_jax.evaluation.cli import effective_options
+
+    domain = BFCLDomain(categories=("irrelevance",), mode="prompting")
+    again = get_domain("bfcl", **effective_options(domain))
+    assert again.split_fractions == domain.split_fractions and effective_options(again) == effective_options(domain)
+    assert [t.metadata["split"] for t in again.seeds("all")] == [t.metadata["split"] for t in domain.seeds("all")]
+    with pytest.raises(ValueError, match="split_fractions"):
+        BFCLDomain(split_fractions={"train": 1.0, "tests": 0.0})

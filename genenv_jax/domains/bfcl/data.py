@@ -51,6 +51,16 @@ class SplitFractions:
         if any(v < 0 for v in values) or abs(sum(values) - 1.0) > 1e-9:
             raise ValueError(f"SplitFractions must be non-negative and sum to 1, got {values}")
 
+    @classmethod
+    def of(cls, value: "SplitFractions | Mapping[str, float]") -> "SplitFractions":
+        """`value` as SplitFractions: itself, or a {"train", "validation", "test"} mapping as a config,
+        a `--domain_option` or an evaluation report's recorded `domain_options` write it."""
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, Mapping) or set(value) - {"train", "validation", "test"}:
+            raise ValueError(f"split_fractions {value!r}: expected a mapping of train / validation / test fractions")
+        return cls(**value)
+
 
 def data_file(*parts: str):
     """A file of the installed bfcl_eval package's data directory."""

@@ -114,7 +114,7 @@ class BFCLDomain(Domain):
         self.grounding = grounding
         self.mode, self.prompt_format, self.decoding = mode, prompt_format, decoding
         self.categories = tuple(categories)
-        self.split_fractions = split_fractions
+        self.split_fractions = SplitFractions.of(split_fractions)
         self.split_salt = split_salt
         self.validation = validation
 
@@ -182,7 +182,11 @@ class BFCLDomain(Domain):
         `[func(a=v)]`; a no-call reply for irrelevance."""
         if task.category in IRRELEVANCE_CATEGORIES or not task.verifier["ground_truth"]:
             return NO_CALL_RESPONSE
-        calls = bfcl_schema.reference_calls(task.prompt["functions"], task.verifier["ground_truth"])
+        return self.render_calls(bfcl_schema.reference_calls(task.prompt["functions"], task.verifier["ground_truth"]))
+
+    def render_calls(self, calls: Sequence[Any]) -> str:
+        """Calls (ToolCalls or {"name", "arguments"} dicts) written as this mode's reply asks for them:
+        `<tool_call>` blocks (fc) or `[f(a=v)]` (prompting)."""
         return replies.python_calls(calls) if self.mode == "prompting" else render_tool_calls(calls)
 
     def summary(self, per_category: Mapping[str, Mapping[str, float]]) -> dict[str, float]:

@@ -86,7 +86,7 @@ class BFCLMultiTurnDomain(Domain):
         if unknown:
             raise ValueError(f"unknown BFCL multi-turn categories {unknown}; expected a subset of {data.CATEGORIES}")
         self.categories = tuple(categories)
-        self.split_fractions = split_fractions
+        self.split_fractions = SplitFractions.of(split_fractions)
         self.split_salt = split_salt
 
     # ------------------------------------------------------------------ seeds

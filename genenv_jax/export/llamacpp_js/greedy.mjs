@@ -1,7 +1,7 @@
 // llama.cpp's greedy decoding of given prompt token ids, through node-llama-cpp's prebuilt CPU
 // binary (genenv_jax/export/llamacpp.py runs it; `make llamacpp` installs node-llama-cpp).
 //   node greedy.mjs NODE_MODULES MODEL.gguf MAX_NEW THREADS KV_TYPE < [[ids...], ...]
-// prints {"outputs": [[ids...], ...], "build": ...}: MAX_NEW tokens per prompt, end-of-generation
+// prints {"outputs": [[ids...], ...]}: MAX_NEW tokens per prompt, end-of-generation
 // tokens included (yieldEogToken), each prompt in a fresh context so none sees another's cache.
 // KV_TYPE is the KV cache's element type (llama.cpp's default is F16; F32 keeps it exact) and
 // flash attention is off, so the attention is the plain softmax(QK^T)V that ours computes.
@@ -31,4 +31,4 @@ for (const prompt of prompts) {
   await context.dispose();
 }
 await model.dispose();
-console.log(JSON.stringify({outputs, build: llama.llamaCppRelease}));
+console.log(JSON.stringify({outputs}));
