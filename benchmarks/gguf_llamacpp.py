@@ -31,8 +31,6 @@ import sys
 import time
 from pathlib import Path
 
-import jax.numpy as jnp
-import numpy as np
 
 from genenv_jax.evaluation import select_tasks
 from genenv_jax.evaluation.cli import build_domain, run_domain
@@ -41,7 +39,7 @@ from genenv_jax.evaluation.run_policy import RunPolicy, load_run_policy
 from genenv_jax.export import llamacpp
 from genenv_jax.export.cli import staged_export
 from genenv_jax.export.policy_formats import export_policy
-from genenv_jax.models import forward, load_gguf
+from genenv_jax.models import load_gguf
 from genenv_jax.text.chat_text import ChatText
 
 
@@ -53,13 +51,6 @@ def prompt_ids(run_dir: str, policy: RunPolicy, n: int) -> tuple[list[str], list
     tasks = tasks[::max(1, len(tasks) // n)][:n]
     text = ChatText.load(policy.tokenizer_source)
     return [t.task_id for t in tasks], [list(text.prompt(domain.agent_prompt(t))) for t in tasks]
-
-
-def margin_at(cfg, params, prompt: list[int], generated: list[int], position: int) -> float:
-    """Our top-2 logit margin for the token at `position` of `generated`."""
-    logits = np.asarray(forward(cfg, params, jnp.asarray([prompt + generated[:position]])))[0, -1]
-    top = np.sort(logits)[-2:]
-    return float(top[1] - top[0])
 
 
 def main(argv=None) -> int:
@@ -99,7 +90,7 @@ def main(argv=None) -> int:
             for prompt, a, b in zip(prompts, ours, theirs):
                 at = llamacpp.first_difference(a, b)
                 per_prompt.append({"equal": at is None, "first_difference": at,
-                                   "our_margin_there": None if at is None else margin_at(cfg, params, prompt, a, at)})
+                                   "our_margin_there": None if at is None else llamacpp.top2_margin(cfg, params, prompt, a[:at])})
             row[f"kv_{kv_type.lower()}"] = {"equal_prompts": sum(x["equal"] for x in per_prompt),
                                             "per_prompt": per_prompt, "seconds": time.time() - t0}
         report["types"][gguf_type] = row

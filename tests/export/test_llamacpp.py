@@ -25,3 +25,22 @@ def test_first_difference():
     assert llamacpp.first_difference([1, 2, 3], [1, 2, 3]) is None
     assert llamacpp.first_difference([1, 2, 3], [1, 5, 3]) == 1
     assert llamacpp.first_difference([1, 2], [1, 2, 3]) == 2
+
+
+def test_top2_margin_is_the_gap_for_the_next_token():
+    """The margin after `prompt + generated[:k]` is the one of the logits row that predicts token k
+    (one full forward over the whole sequence, numpy's top two)."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from genenv_jax.models import forward, preset
+    from tests.support.random_params import random_params
+
+    cfg = preset("micro")
+    params = random_params(cfg, 0)
+    prompt, generated = [5, 9, 2], [7, 1, 4]
+    logits = np.sort(np.asarray(forward(cfg, params, jnp.asarray([prompt + generated])))[0], axis=-1)  # [T, V]
+    for k in range(len(generated)):
+        row = logits[len(prompt) + k - 1]
+        margin = llamacpp.top2_margin(cfg, params, prompt, generated[:k])
+        assert margin >= 0 and margin == pytest.approx(row[-1] - row[-2], abs=1e-5)  # another shape: float32 rounding
