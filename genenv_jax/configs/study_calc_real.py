@@ -38,14 +38,17 @@ def get_config(scale: str = "calc-real") -> ConfigDict:
     c.tokenizer_vocab_size = 0   # the model's own tokenizer
     c.base_evaluation = True
     c.arms = {
-        # GRPO's unit is a group (one prompt's 4 generations): 2 groups = 8 rows, RWR's 8 tasks at most.
-        # In 4 micro-batches of 2 rows: in one, the step's [8, 832] batch needs 13.3 GiB of temporaries
-        # (compile-only, XLA:CPU; 2.5 GiB for RWR's 8-row micro-batch) and the arm, 24 GB with the
-        # resident policies, was killed for memory at its first simulator step; in four, 3.8 GiB.
+        # GRPO's unit is a group (one prompt's 4 generations): 2 groups = 8 rows, RWR's 8 tasks at most,
+        # in one micro-batch (8 rows divide over up to 8 devices). Its loss section `train.grpo` has
+        # its own LM-head chunk (default 512), which the preset's `train.loss.chunk_size=128` does not
+        # reach: at 512 the [8, 832] step holds 13.3 GiB of temporaries (compile-only, XLA:CPU), and
+        # the first try of this arm was killed for memory at its first simulator step (24.4 GB); at
+        # the agent's 128, 4.2 GiB.
         "genenv_grpo": {"mode": "genenv", "overrides": (("simulator.train.objective", "grpo"),
                                                         ("simulator.train.tasks_per_epoch", 2),
                                                         ("simulator.train.tasks_per_step", 2),
-                                                        ("simulator.train.micro_batches", 4))},
+                                                        ("simulator.train.micro_batches", 1),
+                                                        ("simulator.train.grpo.chunk_size", 128))},
         "genenv_blind": {"mode": "genenv", "overrides": BLIND},
         "random_blind": {"mode": "random", "overrides": BLIND},
     }
