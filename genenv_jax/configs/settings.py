@@ -240,8 +240,9 @@ class SimulatorObjectiveSettings:
     objective: str = setting("rwr", "rwr: reward-weighted regression on the in-band tasks, weights "
                                     "exp(lambda R_env) (the paper) | grpo: the variants_per_seed generations of a "
                                     "prompt form a group, each rewarded with its task's R_env, group-relative "
-                                    "advantages, the GRPO step of simulator.train.grpo (any registered policy loss: "
-                                    "rl.registry)", check=_registered_loss)
+                                    "advantages, the GRPO step of simulator.train.grpo, a section of its own (its "
+                                    "chunk_size too: train.loss.chunk_size does not reach it; any registered policy "
+                                    "loss: rl.registry)", check=_registered_loss)
     invalid_reward: float = setting(0.0, "grpo: the reward of a generation that is rejected or not rolled out")
 
 
