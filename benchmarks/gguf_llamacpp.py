@@ -31,7 +31,6 @@ import sys
 import time
 from pathlib import Path
 
-
 from genenv_jax.evaluation import select_tasks
 from genenv_jax.evaluation.cli import build_domain, run_domain
 from genenv_jax.evaluation.evaluate import make_generate_fn
@@ -90,7 +89,7 @@ def main(argv=None) -> int:
             for prompt, a, b in zip(prompts, ours, theirs):
                 at = llamacpp.first_difference(a, b)
                 per_prompt.append({"equal": at is None, "first_difference": at,
-                                   "our_margin_there": None if at is None else llamacpp.top2_margin(cfg, params, prompt, a[:at])})
+                                   "our_margin_there": None if at is None else llamacpp.second_choice(cfg, params, prompt, a[:at])[1]})
             row[f"kv_{kv_type.lower()}"] = {"equal_prompts": sum(x["equal"] for x in per_prompt),
                                             "per_prompt": per_prompt, "seconds": time.time() - t0}
         report["types"][gguf_type] = row

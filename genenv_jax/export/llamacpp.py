@@ -9,7 +9,7 @@ tokenizer stands between the two decodings.
 
     outputs = greedy("model.gguf", [[151644, 872, ...], ...], max_new_tokens=32)
     first_difference(ours, outputs[i])  # None when the tokens are equal
-    top2_margin(cfg, params, prompt, ours[:k])  # our top-2 logit gap where they part, at k
+    second_choice(cfg, params, prompt, ours[:k])  # (our runner-up, its logit gap) where they part, at k
 
 The install directory is `GENENV_LLAMACPP_DIR` if set, else `<the Python environment>/llamacpp`.
 """
@@ -95,8 +95,9 @@ def first_difference(ours: Sequence[int], theirs: Sequence[int]) -> int | None:
     return None if len(ours) == len(theirs) else min(len(ours), len(theirs))
 
 
-def top2_margin(cfg, params, prompt: Sequence[int], generated: Sequence[int]) -> float:
-    """Our top-2 logit margin for the next token after `prompt + generated` (one float32 forward).
+def second_choice(cfg, params, prompt: Sequence[int], generated: Sequence[int]) -> tuple[int, float]:
+    """Our runner-up for the next token after `prompt + generated` and its logit's distance below
+    our first choice (one float32 forward).
 
     Where llama.cpp's greedy tokens part from ours, this says whether they parted at a near-tie,
     which a different summation order (another BLAS kernel, another CPU) can flip, or at a real
@@ -107,5 +108,5 @@ def top2_margin(cfg, params, prompt: Sequence[int], generated: Sequence[int]) ->
     from genenv_jax.models import forward
 
     logits = np.asarray(forward(cfg, params, jnp.asarray([list(prompt) + list(generated)])))[0, -1]  # [V]
-    top = np.sort(logits)[-2:]
-    return float(top[1] - top[0])
+    runner_up, first = np.argsort(logits)[-2:]
+    return int(runner_up), float(logits[first] - logits[runner_up])
