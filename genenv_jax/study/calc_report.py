@@ -27,6 +27,7 @@ import numpy as np
 from genenv_jax.core.errors import ArgumentParser, command
 from genenv_jax.study.aim_claims import BOOTSTRAP_NOTE, Decided, decide, heldout_epochs, moved
 from genenv_jax.study.aim_plots import PLOTS, write_plots
+from genenv_jax.study.aim_why import MIN_LEVEL_TASKS, band_signal, reward_grid, weight_ratio
 from genenv_jax.study.arm_epochs import (PARSE_REASONS, SIMULATOR_KEYS, RunData, level_numbers, run_data,
                                          simulator_update)
 from genenv_jax.study.bootstrap import bootstrap_difference
@@ -196,6 +197,52 @@ def simulator_updates(inp: Inputs) -> str:
     return "\n".join(out).rstrip() or "(No run trained its simulator yet.)"
 
 
+def why(inp: Inputs) -> str:
+    """What decided whether the simulator could aim: per run, how its tasks' rollouts landed and
+    where the band lay by level (aim_why.band_signal); per curriculum setting of the finished runs,
+    R_env, the band and RWR's weight at every p_hat the rollouts can give (aim_why.reward_grid)."""
+    rows = []
+    for d in inp.data:
+        s = band_signal(d)
+        if s is None:
+            continue
+        best = "-" if s.best_level is None else (f"L{s.best_level[0]}: {s.best_level[1] / s.best_level[2]:.2f} "
+                                                 f"({s.best_level[1]}/{s.best_level[2]})")
+        rows.append([s.run, str(s.scored), _fmt(s.extreme_share), _fmt(s.in_band_share),
+                     s.level_gap.fmt() if s.level_gap else "-",
+                     ", ".join(f"L{level} {hits}/{count}" for level, (hits, count) in s.by_level.items()), best,
+                     str(s.steps) if s.steps else "-", str(s.rows) if s.steps else "-"])
+    if not rows:
+        return "(No run has per-task records yet.)"
+    grids: dict[tuple, list[str]] = {}
+    for name, done in inp.done.items():
+        c = done["config"]
+        key = (c["curriculum"]["alpha"], c["curriculum"]["beta"], c["curriculum"]["k_min"], c["rollouts_per_task"],
+               c["simulator"]["train"]["loss"]["reward_lambda"], c["simulator"]["train"]["invalid_reward"])
+        grids.setdefault(key, []).append(name)
+    grid_rows, notes = [], []
+    for key in sorted(grids):
+        alpha, beta, k_min, _, reward_lambda, invalid = key
+        grid = reward_grid(inp.done[grids[key][0]]["config"])
+        setting = f"alpha {alpha:g}, beta {beta:g}, k_min {k_min:g}, lambda {reward_lambda:g}"
+        grid_rows += [[setting, f"{g.successes} of {g.rollouts}", _fmt(g.p_hat), "yes" if g.in_band else "no",
+                       _fmt(g.r_env, 3), _fmt(g.rwr_weight, 3)] for g in grid]
+        ratio = weight_ratio(grid)
+        notes.append(f"- {setting} ({', '.join(grids[key])}): in band, the largest RWR weight is "
+                     f"{'-' if ratio is None else f'{ratio:.3f}'} times the smallest; a generation that is not a "
+                     f"task gets GRPO reward {invalid:g}.")
+    return "\n".join([
+        f"Per run, over every epoch's scored tasks: the share the agent solved in none or all of its rollouts, the "
+        f"in-band share, the mean level of in-band tasks minus that of the others, the in-band tasks of each level, and the level with the largest "
+        f"in-band share among levels with at least {MIN_LEVEL_TASKS} scored tasks; then the simulator's updates "
+        f"over the run.", "",
+        _table(["run", "scored tasks", "p_hat 0 or 1", "in band", "level: in band - out of band [95%]",
+                "in band / scored, by level", "best level: in-band share", "simulator steps", "simulator rows"], rows), "",
+        "R_env, the band and RWR's weight `exp(lambda R_env)` at every p_hat the rollouts can give, for the "
+        "settings of the finished runs (their done.json):", "",
+        _table(["setting", "successes", "p_hat", "in band", "R_env", "RWR weight"], grid_rows), "", *notes])
+
+
 _COUNTS = ("steps", "tasks", "groups", "groups_constant")
 _HEADERS = {"tasks": "rows (RWR: tasks; GRPO: generations)", "groups_constant": "constant groups", "invalid_share": "invalid share",
             "reward_mean": "mean reward", "weight_min": "RWR weight min", "weight_max": "RWR weight max"}
@@ -268,7 +315,7 @@ def render(inp: Inputs, found: Sequence[Decided], images: Path, out: Path, templ
         "coverage": lambda: coverage(inp), "probe": lambda: probe(inp), "claims": lambda: claims(found),
         "movement": lambda: movement(inp), "directions": lambda: directions(inp),
         "per_epoch": lambda: per_epoch(inp), "level_success": lambda: level_success(inp),
-        "simulator_updates": lambda: simulator_updates(inp), "rejections": lambda: rejections(inp),
+        "simulator_updates": lambda: simulator_updates(inp), "why": lambda: why(inp), "rejections": lambda: rejections(inp),
         "heldout": lambda: heldout(inp), "plots": lambda: plots(images, out)}
     named = re.findall(r"^\{\{(\w+)\}\}$", template, flags=re.M)
     unknown, unused = sorted(set(named) - set(sections)), sorted(set(sections) - set(named))
@@ -280,7 +327,8 @@ def render(inp: Inputs, found: Sequence[Decided], images: Path, out: Path, templ
 def summary(inp: Inputs, found: Sequence[Decided]) -> dict:
     """Every number of the report as JSON (sorted keys when written)."""
     numbers = level_numbers(inp.study.levels)
-    return {"levels": inp.study.levels, "claims": [dataclasses.asdict(c) for c in found],
+    signals = {d.run.name: dataclasses.asdict(s) for d in inp.data if (s := band_signal(d)) is not None}
+    return {"levels": inp.study.levels, "claims": [dataclasses.asdict(c) for c in found], "band": signals,
             "runs": {d.run.name: {str(e): {**dataclasses.asdict(s), "mean_level": s.mean_level(numbers),
                                            "parse_rate": s.parse_rate, "accept_rate": s.accept_rate,
                                            "simulator": simulator_update(d.run.rows[e])}

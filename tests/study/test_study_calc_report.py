@@ -64,8 +64,9 @@ def write_run(root, arm, mode, alpha, epochs, heldout=None, pool_epochs=None, do
     for e, k in (heldout or {}).items():
         (work / "heldout" / ("start.jsonl" if e < 0 else f"epoch_{e:04d}.jsonl")).write_text(items(k))
     if done:
-        config = {"epochs": len(epochs), "curriculum": {"alpha": alpha, "beta": 2.0, "k_min": 0.25},
-                  "simulator": {"train": {"objective": "grpo" if arm == "genenv_grpo" else "rwr"}}}
+        config = {"epochs": len(epochs), "rollouts_per_task": 4, "curriculum": {"alpha": alpha, "beta": 2.0, "k_min": 0.25},
+                  "simulator": {"train": {"objective": "grpo" if arm == "genenv_grpo" else "rwr", "invalid_reward": 0.0,
+                                          "loss": {"reward_lambda": 1.0}}}}
         (work / "done.json").write_text(json.dumps({"epochs": len(epochs), "seconds": 1.0, "config": config}))
     return {"name": name, "mode": mode, "arm": arm, "alpha": alpha, "seed": 0, "workdir": f"runs/{name}",
             "overrides": []}
