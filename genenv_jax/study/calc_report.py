@@ -201,6 +201,20 @@ def why(inp: Inputs) -> str:
     """What decided whether the simulator could aim: per run, how its tasks' rollouts landed and
     where the band lay by level (aim_why.band_signal); per curriculum setting of the finished runs,
     R_env, the band and RWR's weight at every p_hat the rollouts can give (aim_why.reward_grid)."""
+    bands = band_table(inp)
+    if bands is None:
+        return "(No run has per-task records yet.)"
+    return "\n".join([
+        f"Per run, over every epoch's scored tasks: the share the agent solved in none or all of its rollouts, the "
+        f"in-band share, the mean level of in-band tasks minus that of the others, the in-band tasks of each level, "
+        f"and the level with the largest in-band share among levels with at least {MIN_LEVEL_TASKS} scored tasks; "
+        f"then the simulator's updates over the run.", "", bands, "",
+        "R_env, the band and RWR's weight `exp(lambda R_env)` at every p_hat the rollouts can give, for the "
+        "settings of the finished runs (their done.json):", "", reward_table(inp)])
+
+
+def band_table(inp: Inputs) -> str | None:
+    """One row per run with per-task records: aim_why.band_signal as a table (None: no such run)."""
     rows = []
     for d in inp.data:
         s = band_signal(d)
@@ -213,7 +227,15 @@ def why(inp: Inputs) -> str:
                      ", ".join(f"L{level} {hits}/{count}" for level, (hits, count) in s.by_level.items()), best,
                      str(s.steps) if s.steps else "-", str(s.rows) if s.steps else "-"])
     if not rows:
-        return "(No run has per-task records yet.)"
+        return None
+    return _table(["run", "scored tasks", "p_hat 0 or 1", "in band", "level: in band - out of band [95%]",
+                   "in band / scored, by level", "best level: in-band share", "simulator steps", "simulator rows"],
+                  rows)
+
+
+def reward_table(inp: Inputs) -> str:
+    """aim_why.reward_grid for each curriculum setting among the finished runs, with the runs that
+    share it, RWR's in-band weight ratio and GRPO's reward for a generation that is not a task."""
     grids: dict[tuple, list[str]] = {}
     for name, done in inp.done.items():
         c = done["config"]
@@ -231,16 +253,10 @@ def why(inp: Inputs) -> str:
         notes.append(f"- {setting} ({', '.join(grids[key])}): in band, the largest RWR weight is "
                      f"{'-' if ratio is None else f'{ratio:.3f}'} times the smallest; a generation that is not a "
                      f"task gets GRPO reward {invalid:g}.")
-    return "\n".join([
-        f"Per run, over every epoch's scored tasks: the share the agent solved in none or all of its rollouts, the "
-        f"in-band share, the mean level of in-band tasks minus that of the others, the in-band tasks of each level, and the level with the largest "
-        f"in-band share among levels with at least {MIN_LEVEL_TASKS} scored tasks; then the simulator's updates "
-        f"over the run.", "",
-        _table(["run", "scored tasks", "p_hat 0 or 1", "in band", "level: in band - out of band [95%]",
-                "in band / scored, by level", "best level: in-band share", "simulator steps", "simulator rows"], rows), "",
-        "R_env, the band and RWR's weight `exp(lambda R_env)` at every p_hat the rollouts can give, for the "
-        "settings of the finished runs (their done.json):", "",
-        _table(["setting", "successes", "p_hat", "in band", "R_env", "RWR weight"], grid_rows), "", *notes])
+    if not grids:
+        return "(No run has finished yet.)"
+    return "\n".join([_table(["setting", "successes", "p_hat", "in band", "R_env", "RWR weight"], grid_rows), "",
+                      *notes])
 
 
 _COUNTS = ("steps", "tasks", "groups", "groups_constant")

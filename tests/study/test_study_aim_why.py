@@ -70,3 +70,9 @@ def test_the_report_section(tmp_path):
     assert "| genenv-a0.5-s0 | 6 | 0.67 | 0.33 | " in md and "| 2 | 6 |" in md  # 2 steps of 3 rows (the default sim)
     assert "| alpha 0.5, beta 2, k_min 0.25, lambda 1 | 2 of 4 | 0.50 | yes | 1.000 | 2.718 |" in md
     assert "(genenv-a0.5-s0, random-a0.5-s0): in band, the largest RWR weight is 1.125 times" in md
+
+
+def test_the_report_section_before_any_run_finished(tmp_path):
+    runs = [write_run(tmp_path, "genenv", "genenv", ALPHA, [(["level_1"], [0.5], 2, 0, 0)], done=False)]
+    md = calc_report.why(calc_report.read_inputs(write_study(tmp_path, runs, epochs=4)))
+    assert "| genenv-a0.5-s0 | 1 | 0.00 | 1.00 | - | L1 1/1 | - | 1 | 3 |" in md and md.endswith("(No run has finished yet.)")
