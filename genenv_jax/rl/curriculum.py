@@ -106,8 +106,9 @@ class CurriculumConfig:
 
     alpha: float = setting(0.5, "the target success rate: R_env = exp(-beta (p_hat - alpha)^2)", check=_alpha)
     beta: float = setting(2.0, "R_env's sharpness", check=_beta)
-    k_min: float = setting(0.1, "the band's half-width: tasks with |p_hat - alpha| <= k_min train the simulator",
-                           minimum=0)
+    k_min: float = setting(0.1, "the band's half-width: tasks with |p_hat - alpha| <= k_min train the simulator; "
+                                "where alpha - k_min <= 0 (alpha + k_min >= 1) the tasks the agent never (always) "
+                                "solves are in band too", minimum=0)
     granularity: Granularity = setting("variant", "variant (p_hat over each generated task's own rollouts) | "
                                                   "seed_batch (pooled over every variant of a seed in the epoch: "
                                                   "they share its p_hat and weight)", choices=GRANULARITIES)
