@@ -27,7 +27,7 @@ import numpy as np
 from genenv_jax.core.errors import ArgumentParser, command
 from genenv_jax.study.aim_claims import BOOTSTRAP_NOTE, Decided, decide, heldout_epochs, moved
 from genenv_jax.study.aim_plots import PLOTS, write_plots
-from genenv_jax.study.aim_why import MIN_LEVEL_TASKS, band_signal, reward_grid, weight_ratio
+from genenv_jax.study.aim_why import MIN_LEVEL_TASKS, BandSignal, band_signal, reward_grid, weight_ratio
 from genenv_jax.study.arm_epochs import (PARSE_REASONS, SIMULATOR_KEYS, RunData, level_numbers, run_data,
                                          simulator_update)
 from genenv_jax.study.bootstrap import bootstrap_difference
@@ -59,6 +59,7 @@ class Inputs:
     base: dict | None  # the untrained model's held-out items
     probe: dict | None  # the probe's summary.json
     done: dict[str, dict]  # run name -> its done.json
+    bands: dict[str, BandSignal]  # run name -> aim_why.band_signal, for runs with per-task records
 
 
 def read_inputs(study_dir: str | Path, probe: str | Path | None = None) -> Inputs:
@@ -68,7 +69,8 @@ def read_inputs(study_dir: str | Path, probe: str | Path | None = None) -> Input
     base = read_items(study.directory / "base" / "items.jsonl")
     done = {r.name: json.loads((r.workdir / "done.json").read_text()) for r in study.runs
             if (r.workdir / "done.json").is_file()}
-    return Inputs(study, data, base, None if probe is None else json.loads(Path(probe).read_text()), done)
+    bands = {d.run.name: s for d in data if (s := band_signal(d)) is not None}
+    return Inputs(study, data, base, None if probe is None else json.loads(Path(probe).read_text()), done, bands)
 
 
 def _dig(tree: Mapping[str, Any], dotted: str) -> Any:
@@ -216,10 +218,7 @@ def why(inp: Inputs) -> str:
 def band_table(inp: Inputs) -> str | None:
     """One row per run with per-task records: aim_why.band_signal as a table (None: no such run)."""
     rows = []
-    for d in inp.data:
-        s = band_signal(d)
-        if s is None:
-            continue
+    for s in inp.bands.values():
         best = "-" if s.best_level is None else (f"L{s.best_level[0]}: {s.best_level[1] / s.best_level[2]:.2f} "
                                                  f"({s.best_level[1]}/{s.best_level[2]})")
         rows.append([s.run, str(s.scored), _fmt(s.extreme_share), _fmt(s.in_band_share),
@@ -343,8 +342,8 @@ def render(inp: Inputs, found: Sequence[Decided], images: Path, out: Path, templ
 def summary(inp: Inputs, found: Sequence[Decided]) -> dict:
     """Every number of the report as JSON (sorted keys when written)."""
     numbers = level_numbers(inp.study.levels)
-    signals = {d.run.name: dataclasses.asdict(s) for d in inp.data if (s := band_signal(d)) is not None}
-    return {"levels": inp.study.levels, "claims": [dataclasses.asdict(c) for c in found], "band": signals,
+    return {"levels": inp.study.levels, "claims": [dataclasses.asdict(c) for c in found],
+            "band": {name: dataclasses.asdict(s) for name, s in inp.bands.items()},
             "runs": {d.run.name: {str(e): {**dataclasses.asdict(s), "mean_level": s.mean_level(numbers),
                                            "parse_rate": s.parse_rate, "accept_rate": s.accept_rate,
                                            "simulator": simulator_update(d.run.rows[e])}
