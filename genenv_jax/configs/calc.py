@@ -2,8 +2,9 @@
 (docs/study_domain.md): `--config=configs/calc.py:real` (or `--config=calc:real`).
 
 `real`: the real Qwen2.5-Coder-0.5B-Instruct as agent and simulator, rank-16 LoRA over one frozen
-base, sized for about an hour a run of 12 epochs on 2 CPU cores (a target: each run's metrics.jsonl
-holds its measured phases, `time/*_s`): the simulator writes 4 variants of each of 20 seeds an
+base, sized for about an hour a run of 12 epochs on 2 CPU cores (a target the study missed: its
+arms took 64-99 minutes, docs/reproduction_calc_real.md; each run's metrics.jsonl holds its
+measured phases, `time/*_s`): the simulator writes 4 variants of each of 20 seeds an
 epoch (a GRPO group per seed with `simulator.train.objective=grpo`), 48 new tasks are rolled out 4
 times each for their p_hat (topped up from seeds if fewer parse), the agent trains on 8 of them
 (32 rows, the same in every mode), the simulator's RWR on at most 8 in-band tasks, and the held-out
