@@ -33,8 +33,9 @@ SIMULATOR_KEYS = ("steps", "tasks", "loss", "pg_loss", "kl", "weight_min", "weig
 @dataclasses.dataclass(frozen=True)
 class TaskScores:
     """The scored tasks of one epoch: per task (same order in each array) in_band (0/1), p_hat,
-    r_env, level number, asked direction and seed level; `source` is "pool" (per-task D_env records) or "metrics" (in_band
-    rebuilt from the row's in_band_fraction and count; p_hat / r_env / levels then unknown)."""
+    r_env, level number, asked direction, seed level, seed id and whether the seed had been scored
+    before; `source` is "pool" (per-task D_env records) or "metrics" (in_band rebuilt from the row's
+    in_band_fraction and count; p_hat / r_env / levels then unknown)."""
 
     in_band: np.ndarray
     p_hat: np.ndarray | None
@@ -43,6 +44,10 @@ class TaskScores:
     source: str
     asked: tuple[str, ...] = ()  # pool: the direction the simulator's prompt asked ("harder", "similar", ...)
     seed_levels: np.ndarray | None = None  # pool: the level of the seed each task varies (0: unknown)
+    seed_ids: tuple[str, ...] = ()  # pool: the seed each task varies
+    # pool: whether the seed's variants were scored in an earlier epoch, so that a prompt showing the
+    # agent's results stated a measured success rate for it (`seed_measured`; None: unknown)
+    seed_measured: np.ndarray | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,7 +123,8 @@ def task_scores(row: Mapping[str, Any], records: Sequence[dict] | None, levels: 
                           np.asarray([float(r["r_env"]) for r in records]),
                           np.asarray([number.get(r["task"].get("category"), 0) for r in records], np.int64), "pool",
                           tuple(str(r.get("difficulty")) for r in records),
-                          np.asarray([seed_level(str(r.get("seed_id"))) for r in records], np.int64))
+                          np.asarray([seed_level(str(r.get("seed_id"))) for r in records], np.int64),
+                          tuple(str(r.get("seed_id")) for r in records))
     share, tasks = _num(row.get("in_band_fraction")), _num(row.get("tasks"))
     if share is None or not tasks:
         return None
@@ -177,22 +183,43 @@ class RunData:
                               + [accepted_levels(self.run.rows[e], levels) for e in epochs if e in self.run.rows])
 
 
-    def shifts(self, epochs: Sequence[int]) -> dict[str, np.ndarray]:
+    def shifts(self, epochs: Sequence[int], measured: bool | None = None) -> dict[str, np.ndarray]:
         """{asked direction: level minus seed level of each scored task of `epochs` whose seed level
-        is known}, directions sorted: does the simulator write what its prompt asks for?"""
+        is known}, directions sorted: does the simulator write what its prompt asks for? With
+        `measured` True (False), only the tasks whose seed had (had not) been scored before."""
         out: dict[str, list[float]] = collections.defaultdict(list)
         for s in (self.scores[e] for e in epochs if e in self.scores):
-            for asked, level, seed in zip(s.asked, s.levels if s.levels is not None else (), s.seed_levels
-                                          if s.seed_levels is not None else ()):
-                if level and seed:
+            if s.levels is None or s.seed_levels is None or (measured is not None and s.seed_measured is None):
+                continue
+            keep = np.ones(len(s.levels), bool) if measured is None else s.seed_measured == measured
+            for asked, level, seed, kept in zip(s.asked, s.levels, s.seed_levels, keep):
+                if level and seed and kept:
                     out[asked].append(float(level - seed))
         return {k: np.asarray(v) for k, v in sorted(out.items())}
+
+
+def with_seed_measured(scores: Mapping[int, TaskScores]) -> dict[int, TaskScores]:
+    """`scores` with each pool epoch's `seed_measured`: whether the task's seed had variants scored in
+    an earlier epoch. The loop keeps each seed's recent success from its scored variants
+    (`loop/coevolution.py`, `_update_seed_stats`), so this is whether a simulator prompt that shows
+    the agent's results stated a rate for the seed, or that it was not measured yet. (The loop also
+    counts a topped-up seed's own rollouts, which D_env does not hold; the calc study topped up none.)
+    An epoch from the first one without records on (or after a missing epoch) is left unknown (None)."""
+    seen: set[str] = set()
+    out, known = {}, True
+    for expected, e in enumerate(sorted(scores)):
+        s = scores[e]
+        known = known and e == expected and s.source == "pool"
+        out[e] = dataclasses.replace(s, seed_measured=np.asarray([i in seen for i in s.seed_ids], bool)) if known else s
+        seen |= set(s.seed_ids)
+    return out
 
 
 def run_data(run: Run, levels: Sequence[str]) -> RunData:
     """`run`'s RunData, read from its metrics rows and D_env pool."""
     records = d_env_records(run.workdir)
-    scores = {e: s for e in sorted(run.rows) if (s := task_scores(run.rows[e], records.get(e), levels)) is not None}
+    scores = with_seed_measured({e: s for e in sorted(run.rows)
+                                 if (s := task_scores(run.rows[e], records.get(e), levels)) is not None})
     return RunData(run, {e: epoch_stats(run, e, levels, scores.get(e)) for e in sorted(run.rows)}, scores)
 
 

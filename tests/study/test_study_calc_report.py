@@ -122,6 +122,35 @@ def test_epoch_statistics_by_hand(tmp_path):
     assert "| genenv-a0.5-s0 | similar | 2 | +0.500 [+0.000, +1.000] | 0.50 | 0.50 | 0.00 |" in md
 
 
+def test_a_seed_is_measured_once_its_variants_were_scored(tmp_path):
+    # scored() names the i-th task's seed calc/train/L2/{i:03d}, asked harder (even i) or similar (odd i)
+    epochs = [(["level_3"] * 2, [0.5] * 2, 4, 0, 0),   # seeds 000, 001: new
+              (["level_1"] * 4, [0.5] * 4, 4, 0, 0),   # 000, 001 measured; 002, 003 new
+              (["level_2"] * 4, [0.5] * 4, 4, 0, 0),   # no pool shard: from here on unknown
+              (["level_2"] * 4, [0.5] * 4, 4, 0, 0)]
+    informed = write_run(tmp_path, "genenv", "genenv", ALPHA, epochs, pool_epochs=[0, 1, 3])
+    blind = write_run(tmp_path, "genenv_blind", "genenv", ALPHA, epochs[:2]) | {
+        "overrides": [["simulator_feedback", "none"]]}
+    static = write_run(tmp_path, "static", "static", ALPHA, epochs[:2])
+    study = load_study(write_study(tmp_path, [informed, blind, static], epochs=4))
+    d = run_data(study.runs[0], LEVELS)
+    assert d.scores[0].seed_measured.tolist() == [False, False]
+    assert d.scores[1].seed_measured.tolist() == [True, True, False, False]
+    assert d.scores[2].seed_measured is None and d.scores[3].seed_measured is None
+    # level minus seed level (2): epoch 0's similar task +1, epoch 1's two similar tasks -1 (one measured)
+    assert {k: v.tolist() for k, v in d.shifts([0, 1], measured=False).items()} == {
+        "harder": [1.0, -1.0], "similar": [1.0, -1.0]}
+    assert {k: v.tolist() for k, v in d.shifts([0, 1], measured=True).items()} == {"harder": [-1.0], "similar": [-1.0]}
+    assert d.shifts([3], measured=False) == {} and d.shifts([3])["similar"].tolist() == [0.0, 0.0]
+    assert calc_report.prompt_windows([0, 1, 2, 3, 4, 5, 8]) == [[0], [1, 2, 3], [4, 5], [8]]
+    inp = calc_report.read_inputs(tmp_path)
+    assert calc_report.shows_results(inp, informed["name"]) and not calc_report.shows_results(inp, blind["name"])
+    rows = [r for r in calc_report.unchanged_prompt(inp).splitlines() if r.startswith("| genenv")]
+    # informed: only unmeasured seeds' similar tasks (epoch 1: seed 003's); blind: every similar task
+    assert rows == ["| genenv-a0.5-s0 | 0.5 | not measured yet | +1.000 [+1.000, +1.000] (1) | -1.000 [-1.000, -1.000] (1) |",
+                    "| genenv_blind-a0.5-s0 | 0.5 | nothing (blind) | +1.000 [+1.000, +1.000] (1) | -1.000 [-1.000, -1.000] (2) |"]
+
+
 def test_static_runs_have_no_generations(tmp_path):
     spec = write_run(tmp_path, "static", "static", ALPHA, [(["level_2"] * 3, [0.5] * 3, 0, 0, 0)])
     s = run_data(load_study(write_study(tmp_path, [spec], epochs=1)).runs[0], LEVELS).epochs[0]
