@@ -176,9 +176,9 @@ def unchanged_prompt(inp: Inputs) -> str:
     """Per run that writes tasks each epoch: level minus seed level of its tasks asked for a
     "similar" variant of a seed whose prompt stated no result of the agent (a seed not measured
     yet, or any seed in a blind arm), by window of epochs. That prompt reads the same in every epoch
-    of a run and differs between runs only in the target alpha it states, so a change across the
-    windows comes from the simulator's training, and a difference at the first epoch from alpha's
-    words alone."""
+    of a run, and between informed runs differs only in the target alpha it states (a blind arm's
+    states no target either), so a change across the windows comes from the simulator's training,
+    and a difference at the first epoch from alpha's words alone."""
     windows = prompt_windows(sorted({e for d in inp.data for e in d.epochs}))
     rows = []
     for d in inp.data:
@@ -188,7 +188,7 @@ def unchanged_prompt(inp: Inputs) -> str:
         cells = []
         for w in windows:
             shift = d.shifts(w, measured=None if blind else False).get("similar")
-            cells.append("-" if shift is None or not len(shift)
+            cells.append("-" if shift is None
                          else f"{bootstrap_difference(shift, [0.0]).fmt()} ({len(shift)})")
         rows.append([d.run.name, f"{d.run.alpha:g}", "nothing (blind)" if blind else "not measured yet"] + cells)
     if not rows:
