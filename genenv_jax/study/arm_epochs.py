@@ -43,11 +43,15 @@ class TaskScores:
     levels: np.ndarray | None
     source: str
     asked: tuple[str, ...] = ()  # pool: the direction the simulator's prompt asked ("harder", "similar", ...)
-    seed_levels: np.ndarray | None = None  # pool: the level of the seed each task varies (0: unknown)
     seed_ids: tuple[str, ...] = ()  # pool: the seed each task varies
     # pool: whether the seed's variants were scored in an earlier epoch, so that a prompt showing the
     # agent's results stated a measured success rate for it (`seed_measured`; None: unknown)
     seed_measured: np.ndarray | None = None
+
+    @property
+    def seed_levels(self) -> np.ndarray | None:
+        """pool: the level of the seed each task varies, read from its id (0: unknown); else None."""
+        return np.asarray([seed_level(i) for i in self.seed_ids], np.int64) if self.source == "pool" else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,7 +127,6 @@ def task_scores(row: Mapping[str, Any], records: Sequence[dict] | None, levels: 
                           np.asarray([float(r["r_env"]) for r in records]),
                           np.asarray([number.get(r["task"].get("category"), 0) for r in records], np.int64), "pool",
                           tuple(str(r.get("difficulty")) for r in records),
-                          np.asarray([seed_level(str(r.get("seed_id"))) for r in records], np.int64),
                           tuple(str(r.get("seed_id")) for r in records))
     share, tasks = _num(row.get("in_band_fraction")), _num(row.get("tasks"))
     if share is None or not tasks:

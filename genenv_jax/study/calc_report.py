@@ -83,7 +83,7 @@ def _dig(tree: Mapping[str, Any], dotted: str) -> Any:
 
 def coverage(inp: Inputs) -> str:
     """Which runs exist and how far they got; their settings and time per phase."""
-    rows, overrides = [], {spec["name"]: spec.get("overrides") or [] for spec in inp.study.spec.get("runs", [])}
+    rows, overrides = [], planned_overrides(inp)
     for r in inp.study.runs:
         epochs = sorted(r.rows)
         seconds = {k: sum(row.get(f"time/{k}_s") or 0.0 for row in r.rows.values()) for k in PHASES}
@@ -154,11 +154,15 @@ def directions(inp: Inputs) -> str:
                    "share lower"], rows)
 
 
+def planned_overrides(inp: Inputs) -> dict[str, list[list]]:
+    """{run name: its arm's [key, value] overrides} from the study's plan (study.json)."""
+    return {spec["name"]: [list(o) for o in spec.get("overrides") or []] for spec in inp.study.spec.get("runs", [])}
+
+
 def shows_results(inp: Inputs, run: str) -> bool:
     """Whether `run`'s simulator prompt shows the agent's results (not a blind arm's
     `simulator_feedback=none`), from the study's plan."""
-    spec = next((r for r in inp.study.spec.get("runs", []) if r["name"] == run), {})
-    return ["simulator_feedback", "none"] not in [list(o) for o in spec.get("overrides") or []]
+    return ["simulator_feedback", "none"] not in planned_overrides(inp).get(run, [])
 
 
 def prompt_windows(epochs: Sequence[int]) -> list[list[int]]:
