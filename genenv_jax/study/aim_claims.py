@@ -57,6 +57,17 @@ def span(epochs: Sequence[int]) -> str:
     return f"epoch {epochs[0]}" if len(epochs) == 1 else f"epochs {epochs[0]}-{epochs[-1]}"
 
 
+def prompt_windows(epochs: Sequence[int]) -> list[list[int]]:
+    """The first epoch alone (no simulator update yet), then the others by blocks of WINDOW
+    (epoch // WINDOW: 1-3, 4-7, 8-11 for WINDOW 4)."""
+    if not epochs:
+        return []
+    blocks: dict[int, list[int]] = {}
+    for e in epochs[1:]:
+        blocks.setdefault(e // WINDOW, []).append(e)
+    return [[epochs[0]]] + list(blocks.values())
+
+
 def describe(diff: Difference | None, what: str, a: str, b: str) -> str:
     """'in-band share: genenv 0.310 (n=192) - random 0.250 (n=192) = +0.060 [-0.030, +0.150]'."""
     if diff is None:

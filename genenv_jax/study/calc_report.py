@@ -25,8 +25,9 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from genenv_jax.core.errors import ArgumentParser, command
-from genenv_jax.study.aim_claims import BOOTSTRAP_NOTE, WINDOW, Decided, decide, heldout_epochs, moved, span
+from genenv_jax.study.aim_claims import BOOTSTRAP_NOTE, Decided, decide, heldout_epochs, moved
 from genenv_jax.study.aim_plots import PLOTS, write_plots
+from genenv_jax.study.aim_prompt import planned_overrides, unchanged_prompt
 from genenv_jax.study.aim_why import MIN_LEVEL_TASKS, BandSignal, band_signal, reward_grid, weight_ratio
 from genenv_jax.study.arm_epochs import (PARSE_REASONS, SIMULATOR_KEYS, RunData, level_numbers, run_data,
                                          simulator_update)
@@ -152,52 +153,6 @@ def directions(inp: Inputs) -> str:
         return "(No scored task with a known seed level yet.)"
     return _table(["run", "asked", "tasks", "mean level - seed level [95%]", "share higher", "share same",
                    "share lower"], rows)
-
-
-def planned_overrides(inp: Inputs) -> dict[str, list[list]]:
-    """{run name: its arm's [key, value] overrides} from the study's plan (study.json)."""
-    return {spec["name"]: [list(o) for o in spec.get("overrides") or []] for spec in inp.study.spec.get("runs", [])}
-
-
-def shows_results(inp: Inputs, run: str) -> bool:
-    """Whether `run`'s simulator prompt shows the agent's results (not a blind arm's
-    `simulator_feedback=none`), from the study's plan."""
-    return ["simulator_feedback", "none"] not in planned_overrides(inp).get(run, [])
-
-
-def prompt_windows(epochs: Sequence[int]) -> list[list[int]]:
-    """The first epoch alone (no simulator update yet), then the others by blocks of WINDOW
-    (epoch // WINDOW: 1-3, 4-7, 8-11 for WINDOW 4)."""
-    if not epochs:
-        return []
-    blocks: dict[int, list[int]] = {}
-    for e in epochs[1:]:
-        blocks.setdefault(e // WINDOW, []).append(e)
-    return [[epochs[0]]] + list(blocks.values())
-
-
-def unchanged_prompt(inp: Inputs) -> str:
-    """Per run that writes tasks each epoch: level minus seed level of its tasks asked for a
-    "similar" variant of a seed whose prompt stated no result of the agent (a seed not measured
-    yet, or any seed in a blind arm), by window of epochs. That prompt reads the same in every epoch
-    of a run, and between informed runs differs only in the target alpha it states (a blind arm's
-    states no target either), so a change across the windows comes from the simulator's training,
-    and a difference at the first epoch from alpha's words alone."""
-    windows = prompt_windows(sorted({e for d in inp.data for e in d.epochs}))
-    rows = []
-    for d in inp.data:
-        if d.run.mode == "static":
-            continue
-        blind = not shows_results(inp, d.run.name)
-        cells = []
-        for w in windows:
-            shift = d.shifts(w, measured=None if blind else False).get("similar")
-            cells.append("-" if shift is None
-                         else f"{bootstrap_difference(shift, [0.0]).fmt()} ({len(shift)})")
-        rows.append([d.run.name, f"{d.run.alpha:g}", "nothing (blind)" if blind else "not measured yet"] + cells)
-    if not rows:
-        return "(No run wrote tasks yet.)"
-    return _table(["run", "alpha", "the prompt's result"] + [span(w) for w in windows], rows)
 
 
 def per_epoch(inp: Inputs) -> str:

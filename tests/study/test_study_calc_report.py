@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from genenv_jax.study import calc_report
-from genenv_jax.study.aim_claims import decide, find, heldout_epochs, window
+from genenv_jax.study import aim_prompt, calc_report
+from genenv_jax.study.aim_claims import decide, find, heldout_epochs, prompt_windows, window
 from genenv_jax.study.arm_epochs import PARSE_REASONS, run_data
 from genenv_jax.study.bootstrap import bootstrap_difference
 from genenv_jax.study.details import Proportion, mcnemar
@@ -142,9 +142,9 @@ def test_a_seed_is_measured_once_its_variants_were_scored(tmp_path):
         "harder": [1.0, -1.0], "similar": [1.0, -1.0]}
     assert {k: v.tolist() for k, v in d.shifts([0, 1], measured=True).items()} == {"harder": [-1.0], "similar": [-1.0]}
     assert d.shifts([3], measured=False) == {} and d.shifts([3])["similar"].tolist() == [0.0, 0.0]
-    assert calc_report.prompt_windows([0, 1, 2, 3, 4, 5, 8]) == [[0], [1, 2, 3], [4, 5], [8]]
+    assert prompt_windows([0, 1, 2, 3, 4, 5, 8]) == [[0], [1, 2, 3], [4, 5], [8]]
     inp = calc_report.read_inputs(tmp_path)
-    assert calc_report.shows_results(inp, informed["name"]) and not calc_report.shows_results(inp, blind["name"])
+    assert aim_prompt.shows_results(inp, informed["name"]) and not aim_prompt.shows_results(inp, blind["name"])
     rows = [r for r in calc_report.unchanged_prompt(inp).splitlines() if r.startswith("| genenv")]
     # informed: only unmeasured seeds' similar tasks (epoch 1: seed 003's); blind: every similar task
     assert rows == ["| genenv-a0.5-s0 | 0.5 | not measured yet | +1.000 [+1.000, +1.000] (1) | -1.000 [-1.000, -1.000] (1) |",
